@@ -1,0 +1,124 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sethvargo/go-envconfig"
+)
+
+// DefaultPath is the configuration file read when LoadOptions.Path is empty.
+const DefaultPath = "onprem.yaml"
+
+// LoadOptions says where the configuration comes from.
+type LoadOptions struct {
+	// Path of onprem.yaml; DefaultPath when empty.
+	Path string
+	// Lookup finds ONPREM_* environment variables; the process environment
+	// when nil.
+	Lookup envconfig.Lookuper
+	// Overrides are the values given as flags.
+	Overrides Overrides
+	// Validate is passed to Validate.
+	Validate ValidateOptions
+}
+
+// Load reads onprem.yaml strictly, applies the ONPREM_* environment
+// variables, then the flags, resolves relative overlay folders against the
+// file's folder, applies defaults and validates: flags win over the
+// environment, which wins over the file, which wins over defaults.
+//
+// Problems with the configuration come back as Errors. The Source names the
+// line of every field in the file and records which fields the environment or
+// flags set.
+func Load(ctx context.Context, opts LoadOptions) (*Installation, *Source, error) {
+	path := opts.Path
+	if path == "" {
+		path = DefaultPath
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("configuration file %s does not exist: write a starter file with 'onprem config init', or give the path of yours: %w", path, err)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading configuration file %s: %w", path, err)
+	}
+
+	in, src, decodeErrs := decodeLenient(path, data)
+	if in == nil {
+		return nil, nil, decodeErrs
+	}
+
+	lookup := opts.Lookup
+	if lookup == nil {
+		lookup = envconfig.OsLookuper()
+	}
+	if err := ApplyEnv(ctx, in, lookup); err != nil {
+		return nil, nil, err
+	}
+	for p, origin := range envOrigins(lookup) {
+		src.setOrigin(p, origin)
+	}
+
+	opts.Overrides.Apply(in)
+	for p, origin := range opts.Overrides.origins() {
+		src.setOrigin(p, origin)
+	}
+
+	resolveOverlays(in, filepath.Dir(path))
+	SetDefaults(in)
+	err = Validate(in, src, opts.Validate)
+	if len(decodeErrs) == 0 {
+		if err != nil {
+			return nil, nil, err
+		}
+		return in, src, nil
+	}
+	return nil, nil, mergeErrors(decodeErrs, err)
+}
+
+// mergeErrors adds validation problems to the decoding ones, leaving out
+// those about a field that could not be decoded (it reads as missing to
+// validation, which would only repeat the problem less clearly).
+func mergeErrors(decodeErrs Errors, validateErr error) Errors {
+	out := slices.Clone(decodeErrs)
+	var verrs Errors
+	if !errors.As(validateErr, &verrs) {
+		return out
+	}
+	for _, v := range verrs {
+		covered := false
+		for _, d := range decodeErrs {
+			if d.Path != "" && (v.Path == d.Path || strings.HasPrefix(v.Path, d.Path+".") || strings.HasPrefix(v.Path, d.Path+"[")) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			out = append(out, v)
+		}
+	}
+	sortErrors(out)
+	return out
+}
+
+// resolveOverlays makes relative overlay folders relative to dir (the folder
+// of onprem.yaml) instead of the working directory.
+func resolveOverlays(in *Installation, dir string) {
+	for i, o := range in.Spec.Overlays {
+		switch {
+		case o == "":
+			// Left for Validate to report.
+		case filepath.IsAbs(o):
+			in.Spec.Overlays[i] = filepath.Clean(o)
+		default:
+			in.Spec.Overlays[i] = filepath.Join(dir, o)
+		}
+	}
+}

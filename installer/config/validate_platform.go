@@ -1,0 +1,135 @@
+package config
+
+// Validation of how the platform is reached, where its images come from and
+// where its data lives.
+
+func (v *validator) tls(s *Spec) {
+	const path = "spec.tls.secretName"
+	switch s.TLS.Mode {
+	case TLSModeSecret:
+		if s.TLS.SecretName == "" {
+			v.required(path, "with spec.tls.mode secret, the name of a kubernetes.io/tls Secret in namespace "+s.Namespace)
+		} else {
+			v.check(path, checkDNSSubdomain(s.TLS.SecretName), "")
+		}
+	case TLSModeSelfSigned:
+		if s.TLS.SecretName != "" {
+			v.c.add(path, "set spec.tls.mode: secret to use your own certificate",
+				"must be empty with spec.tls.mode selfSigned (onprem generates the certificate)")
+		}
+	}
+}
+
+func (v *validator) ingress(s *Spec) {
+	in := s.Ingress
+	switch in.Mode {
+	case IngressModeExisting:
+		if in.ClassName == "" {
+			v.required("spec.ingress.className", "with spec.ingress.mode existing, the IngressClass of your ingress controller ('kubectl get ingressclass' lists them)")
+		}
+		if in.ServiceType != "" {
+			v.c.add("spec.ingress.serviceType", "", "only with spec.ingress.mode install (onprem installs no controller Service with mode existing): remove it")
+		}
+	}
+	if in.ClassName != "" {
+		v.check("spec.ingress.className", checkDNSSubdomain(in.ClassName), "")
+	}
+
+	gw := in.GatewayAPI
+	const gwPath = "spec.ingress.gatewayAPI"
+	if !gw.Enabled {
+		for _, f := range []struct{ name, value string }{
+			{"gatewayName", gw.GatewayName},
+			{"gatewayNamespace", gw.GatewayNamespace},
+			{"sectionName", gw.SectionName},
+		} {
+			if f.value != "" {
+				v.c.add(gwPath+"."+f.name, "", "set but %s.enabled is not true: set enabled: true or remove it", gwPath)
+			}
+		}
+		return
+	}
+	if gw.GatewayName == "" {
+		v.required(gwPath+".gatewayName", "with gatewayAPI enabled, the name of the Gateway the routes attach to ('kubectl get gateways -A' lists them)")
+	} else {
+		v.check(gwPath+".gatewayName", checkDNSSubdomain(gw.GatewayName), "")
+	}
+	// A namespace inherited from spec.namespace is checked there.
+	if gw.GatewayNamespace != "" && gw.GatewayNamespace != s.Namespace {
+		v.check(gwPath+".gatewayNamespace", checkDNSLabel(gw.GatewayNamespace), "")
+	}
+	if gw.SectionName != "" {
+		v.check(gwPath+".sectionName", checkDNSSubdomain(gw.SectionName), "")
+	}
+}
+
+func (v *validator) images(s *Spec) {
+	if s.Images.Platform != "" {
+		msg, hint := checkImagePrefix(s.Images.Platform)
+		v.check("spec.images.platform", msg, hint)
+	}
+}
+
+func (v *validator) registry(s *Spec) {
+	r := s.Registry
+	const path = "spec.registry"
+	if r.Host == "" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{
+			{"pathPrefix", r.PathPrefix != ""},
+			{"pullSecret", r.PullSecret != ""},
+			{"insecure", r.Insecure},
+		} {
+			if f.set {
+				v.c.add(path+"."+f.name, "", "only with %s.host: set the registry host too, or remove it", path)
+			}
+		}
+		return
+	}
+	msg, hint := checkHostPort(r.Host)
+	v.check(path+".host", msg, hint)
+	if r.PathPrefix != "" {
+		v.check(path+".pathPrefix", checkRepoPath(r.PathPrefix), "")
+	}
+	if r.PullSecret != "" {
+		v.check(path+".pullSecret", checkDNSSubdomain(r.PullSecret), "")
+	}
+}
+
+func (v *validator) storage(s *Spec) {
+	if s.Storage.ClassName != "" {
+		v.check("spec.storage.className", checkDNSSubdomain(s.Storage.ClassName), "")
+	}
+}
+
+func (v *validator) databases(s *Spec) {
+	for _, db := range s.Databases.All() {
+		path := "spec.databases." + db.Name
+		switch db.Mode {
+		case DatabaseModeExternal:
+			if db.External.SecretName == "" {
+				v.required(path+".external.secretName", "with mode external, the Secret in namespace "+s.Namespace+" holding host, port, username and password")
+			} else {
+				v.check(path+".external.secretName", checkDNSSubdomain(db.External.SecretName), "")
+			}
+			if db.Persistence != (Persistence{}) {
+				v.c.add(path+".persistence", "", "must be empty with mode external (onprem runs no %s to give a volume to): remove it", db.Name)
+			}
+		case DatabaseModeInternal:
+			if db.External != (External{}) {
+				v.c.add(path+".external", "set mode: external to use your own "+db.Name,
+					"must be empty with mode internal (onprem runs %s in the cluster)", db.Name)
+			}
+			if db.Persistence.Size != "" {
+				msg, hint := checkQuantity(db.Persistence.Size)
+				v.check(path+".persistence.size", msg, hint)
+			}
+			// A class inherited from spec.storage.className is checked there.
+			if sc := db.Persistence.StorageClass; sc != "" && sc != s.Storage.ClassName {
+				v.check(path+".persistence.storageClass", checkDNSSubdomain(db.Persistence.StorageClass), "")
+			}
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// Validation of build runners and GitOps runtimes.
+
+// clusterKey identifies a cluster by how onprem reaches it; the zero key is
+// the platform's own cluster.
+type clusterKey ClusterRef
+
+func (k clusterKey) String() string {
+	if ClusterRef(k).IsPlatformCluster() {
+		return "the platform's cluster"
+	}
+	return fmt.Sprintf("the cluster of kubeconfig %q, context %q", k.Kubeconfig, k.Context)
+}
+
+func (v *validator) runners(s *Spec) {
+	names := map[string]int{}
+	type place struct {
+		cluster   clusterKey
+		namespace string
+	}
+	places := map[place]int{}
+	for i, r := range s.Runners {
+		path := indexPath("spec.runners", i)
+		nameOK := false
+		switch {
+		case r.Name == "":
+			v.required(path+".name", "a unique name for the runner (a DNS label of at most "+strconv.Itoa(MaxRunnerNameLength)+" characters)")
+		case len(r.Name) > MaxRunnerNameLength:
+			v.c.add(path+".name", "", "%q is %d characters long: a runner name must be at most %d (its namespace and objects are named after it)", r.Name, len(r.Name), MaxRunnerNameLength)
+		default:
+			if msg := checkDNSLabel(r.Name); msg != "" {
+				v.check(path+".name", msg, "")
+			} else if first, dup := names[r.Name]; dup {
+				v.c.add(path+".name", "", "duplicate runner name %q (also spec.runners[%d]): runner names must be unique", r.Name, first)
+			} else {
+				names[r.Name] = i
+				nameOK = true
+			}
+		}
+		// A duplicate name already explains a duplicate default namespace.
+		if r.Namespace != "" && (nameOK || r.Namespace != RunnerNamespacePrefix+r.Name) {
+			if msg := checkDNSLabel(r.Namespace); msg != "" {
+				v.check(path+".namespace", msg, "")
+			} else {
+				p := place{clusterKey(r.Cluster), r.Namespace}
+				if first, dup := places[p]; dup {
+					v.c.add(path+".namespace", "", "spec.runners[%d] already runs in namespace %q on %s: give each runner its own namespace", first, r.Namespace, p.cluster)
+				} else {
+					places[p] = i
+				}
+			}
+		}
+		if r.Concurrency < 0 || r.Concurrency > MaxRunnerConcurrency {
+			v.c.add(path+".concurrency", "", "%d is out of range (valid: 1 to %d; 0 or unset means %d)", r.Concurrency, MaxRunnerConcurrency, DefaultRunnerConcurrency)
+		}
+	}
+}
+
+func (v *validator) runtimes(s *Spec) {
+	names := map[string]int{}
+	clusters := map[clusterKey]int{}
+	for i, rt := range s.Runtimes {
+		path := indexPath("spec.runtimes", i)
+		switch {
+		case rt.Name == "":
+			v.required(path+".name", "a unique name for the runtime (a DNS label); only a single runtime may leave it out, and is then named "+DefaultRuntimeName)
+		case checkDNSLabel(rt.Name) != "":
+			v.check(path+".name", checkDNSLabel(rt.Name), "")
+		default:
+			if first, dup := names[rt.Name]; dup {
+				v.c.add(path+".name", "", "duplicate runtime name %q (also spec.runtimes[%d]): runtime names must be unique", rt.Name, first)
+			} else {
+				names[rt.Name] = i
+			}
+		}
+		if rt.Namespace != "" {
+			v.check(path+".namespace", checkDNSLabel(rt.Namespace), "")
+		}
+
+		key := clusterKey(rt.Cluster)
+		if first, dup := clusters[key]; dup {
+			v.c.add(path+".cluster", "set cluster.kubeconfig or cluster.context to another cluster",
+				"spec.runtimes[%d] already runs on %s: one runtime per cluster", first, key)
+		} else {
+			clusters[key] = i
+		}
+
+		v.gitToken(path+".gitToken", rt.GitToken)
+		v.gitSources(path, rt.GitSources)
+		v.managedClusters(path, rt.ManagedClusters)
+	}
+}
+
+func (v *validator) gitToken(path string, t SecretSource) {
+	switch {
+	case t.File != "" && t.Env != "":
+		v.c.add(path, "", "set either file or env, not both")
+	case t.File == "" && t.Env == "":
+		v.required(path, "where the runtime's Git token is read from: file (a file holding it) or env (an environment variable holding it)")
+	case t.Env != "":
+		v.check(path+".env", checkEnvName(t.Env), "")
+	}
+}
+
+func (v *validator) gitSources(runtimePath string, sources []GitSource) {
+	names := map[string]int{}
+	for j, gs := range sources {
+		path := indexPath(runtimePath+".gitSources", j)
+		v.uniqueLabel(path+".name", gs.Name, "git source", names, j, runtimePath+".gitSources")
+		v.gitURL(path+".repository.url", gs.Repository.URL)
+	}
+}
+
+func (v *validator) managedClusters(runtimePath string, clusters []ManagedCluster) {
+	names := map[string]int{}
+	for j, mc := range clusters {
+		path := indexPath(runtimePath+".managedClusters", j)
+		v.uniqueLabel(path+".name", mc.Name, "managed cluster", names, j, runtimePath+".managedClusters")
+		if mc.Cluster.IsPlatformCluster() {
+			v.required(path+".cluster", "how onprem reaches the cluster: set context and/or kubeconfig")
+		}
+	}
+}
+
+// uniqueLabel checks a required name that is a DNS label unique in its list.
+func (v *validator) uniqueLabel(path, name, what string, seen map[string]int, i int, list string) {
+	switch {
+	case name == "":
+		v.required(path, "a unique name for the "+what+" (a DNS label)")
+	case checkDNSLabel(name) != "":
+		v.check(path, checkDNSLabel(name), "")
+	default:
+		if first, dup := seen[name]; dup {
+			v.c.add(path, "", "duplicate %s name %q (also %s): names must be unique", what, name, indexPath(list, first))
+		} else {
+			seen[name] = i
+		}
+	}
+}
+
+func (v *validator) gitURL(path, url string) {
+	if url == "" {
+		v.required(path, "the repository's clone URL, e.g. https://git.example.com/platform/gitops.git")
+		return
+	}
+	msg, hint := checkHTTPURL(url, "https", "https://git.example.com/platform/gitops.git")
+	v.check(path, msg, hint)
+}
+
+func (v *validator) runtimeConfig(s *Spec) {
+	rc := s.RuntimeConfig
+	const path = "spec.runtimeConfig"
+	if len(s.Runtimes) == 0 {
+		if rc != (RuntimeConfig{}) {
+			v.c.add(path, "", "set but there are no runtimes: add spec.runtimes or remove it")
+		}
+		return
+	}
+	v.gitURL(path+".repository.url", rc.Repository.URL)
+
+	var names []string
+	for _, rt := range s.Runtimes {
+		if rt.Name != "" {
+			names = append(names, rt.Name)
+		}
+	}
+	switch {
+	case rc.ConfigRuntime == "":
+		if len(names) == len(s.Runtimes) {
+			v.required(path+".configRuntime", "the runtime that holds the configuration (valid: "+quoteList(names)+")")
+		}
+	case !slices.Contains(names, rc.ConfigRuntime):
+		v.c.add(path+".configRuntime", didYouMean(rc.ConfigRuntime, names),
+			"%q is not one of the runtimes (valid: %s)", rc.ConfigRuntime, quoteList(names))
+	}
+}
