@@ -1,0 +1,131 @@
+// Package release reads and checks release manifests: what one platform
+// version is made of (components, charts, images, migrations), which
+// Kubernetes versions it supports and which versions it may be upgraded
+// from. Manifests for the versions this onprem knows are embedded; a bundle
+// brings its own.
+package release
+
+// APIVersion and Kind identify a release manifest.
+const (
+	APIVersion = "onprem.dev/v1alpha1"
+	Kind       = "Release"
+)
+
+// Groups a component may belong to. The group decides when the component is
+// installed (see installer/render) and the order of the apply DAG.
+const (
+	GroupIngress        = "ingress"
+	GroupInfrastructure = "infrastructure"
+	GroupLegacy         = "legacy"
+	GroupProvisioning   = "provisioning"
+	GroupPipelines      = "pipelines"
+	GroupGitOps         = "gitops"
+)
+
+// Release is one platform version.
+type Release struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Version is the platform version (semver, no leading v).
+	Version string `json:"version"`
+	// Date is the release date (YYYY-MM-DD).
+	Date string `json:"date,omitempty"`
+	// MinInstallerVersion is the oldest onprem that may install this release.
+	MinInstallerVersion string `json:"minInstallerVersion"`
+	// Kubernetes is the range of Kubernetes server versions supported, as a
+	// hashicorp/go-version constraint (">= 1.30, < 1.37"): cluster versions
+	// such as v1.33.4-eks-1234 are not always semver.
+	Kubernetes string `json:"kubernetes"`
+	// UpgradeFrom is the Masterminds semver constraint that an installed
+	// version must satisfy to be upgraded to this one directly. Empty: this
+	// release can only be installed fresh.
+	UpgradeFrom string `json:"upgradeFrom,omitempty"`
+	// Required releases may not be skipped: an upgrade path stops here.
+	Required bool `json:"required,omitempty"`
+	// Notes is a one-paragraph summary shown by `onprem versions`.
+	Notes string `json:"notes,omitempty"`
+
+	Images     []Image     `json:"images"`
+	Components []Component `json:"components"`
+	Migrations []Migration `json:"migrations,omitempty"`
+}
+
+// Image is one container image of the release.
+type Image struct {
+	// Name is how components refer to the image.
+	Name string `json:"name"`
+	// Repository is a full repository (docker.io/library/redis) or, with
+	// Platform, a path under the configured platform registry
+	// (spec.images.platform in onprem.yaml).
+	Repository string `json:"repository"`
+	Tag        string `json:"tag"`
+	// Digest pins the image (sha256:...). Bundles always pin; embedded
+	// manifests may leave it empty until the release is published.
+	Digest   string `json:"digest,omitempty"`
+	Platform bool   `json:"platform,omitempty"`
+}
+
+// Component is one Helm release of the platform.
+type Component struct {
+	Name         string `json:"name"`
+	Chart        string `json:"chart"`
+	ChartVersion string `json:"chartVersion"`
+	Group        string `json:"group"`
+	// DependsOn names components that must be ready first. A dependency on a
+	// component that the configuration leaves out is dropped.
+	DependsOn []string `json:"dependsOn,omitempty"`
+	// Images maps the chart's image keys (values images.<key>) to image names.
+	Images map[string]string `json:"images"`
+	// Values is the release's layer of the chart's values.
+	Values map[string]any `json:"values,omitempty"`
+	// Deprecated says why and until when, for components on their way out.
+	Deprecated string `json:"deprecated,omitempty"`
+}
+
+// Migration is a data migration that runs as a Job before the components of
+// its release are upgraded.
+type Migration struct {
+	Name string `json:"name"`
+	// Component whose image runs the migration (with Args).
+	Component string   `json:"component"`
+	Args      []string `json:"args"`
+	// Touches lists the data the migration changes; it is backed up first.
+	Touches []DataRef `json:"touches"`
+	// Timeout is a Go duration (default 10m).
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// DataRef names a database of a service.
+type DataRef struct {
+	Engine  string `json:"engine"`  // mongodb or postgresql
+	Service string `json:"service"` // the service whose database it is
+}
+
+// Component returns the named component and whether it exists.
+func (r *Release) Component(name string) (Component, bool) {
+	for _, c := range r.Components {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Component{}, false
+}
+
+// Image returns the named image and whether it exists.
+func (r *Release) Image(name string) (Image, bool) {
+	for _, i := range r.Images {
+		if i.Name == name {
+			return i, true
+		}
+	}
+	return Image{}, false
+}
+
+// ComponentNames lists the release's components in manifest order.
+func (r *Release) ComponentNames() []string {
+	names := make([]string, 0, len(r.Components))
+	for _, c := range r.Components {
+		names = append(names, c.Name)
+	}
+	return names
+}
