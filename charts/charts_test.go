@@ -1,0 +1,73 @@
+package charts
+
+import (
+	"io/fs"
+	"path"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestEveryChartRenders renders every embedded chart with its own
+// values.yaml alone and with each ci/*.yaml values file, and checks that
+// every document is a named Kubernetes object.
+func TestEveryChartRenders(t *testing.T) {
+	names, err := Names()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) == 0 {
+		t.Fatal("no charts embedded")
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			c, err := Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cases := map[string]map[string]any{"defaults": nil}
+			ciFiles, _ := fs.Glob(FS, path.Join(name, "ci", "*.yaml"))
+			for _, f := range ciFiles {
+				data, err := fs.ReadFile(FS, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var v map[string]any
+				if err := yaml.Unmarshal(data, &v); err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				cases[path.Base(f)] = v
+			}
+			for cname, vals := range cases {
+				ms, err := Template(c, name, "onprem", vals)
+				if err != nil {
+					t.Fatalf("%s: %v", cname, err)
+				}
+				if len(ms) == 0 {
+					t.Fatalf("%s: rendered nothing", cname)
+				}
+				for _, m := range ms {
+					for _, doc := range strings.Split(m.Content, "\n---") {
+						if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
+							continue
+						}
+						var obj struct {
+							APIVersion string `json:"apiVersion"`
+							Kind       string `json:"kind"`
+							Metadata   struct {
+								Name string `json:"name"`
+							} `json:"metadata"`
+						}
+						if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+							t.Fatalf("%s: %s: not YAML: %v\n%s", cname, m.Template, err, doc)
+						}
+						if obj.APIVersion == "" || obj.Kind == "" || obj.Metadata.Name == "" {
+							t.Errorf("%s: %s: document without apiVersion, kind or name:\n%s", cname, m.Template, doc)
+						}
+					}
+				}
+			}
+		})
+	}
+}
