@@ -1,0 +1,13 @@
+{{/* IngressClass created and served. */}}
+{{- define "ingress.className" -}}
+{{- required "className is required" .Values.className -}}
+{{- end -}}
+
+{{/* serviceType, checked. */}}
+{{- define "ingress.serviceType" -}}
+{{- $t := .Values.serviceType | default "LoadBalancer" -}}
+{{- if not (has $t (list "LoadBalancer" "NodePort" "ClusterIP")) -}}
+{{- fail (printf "ingress: serviceType is %q; valid: LoadBalancer, NodePort, ClusterIP" $t) -}}
+{{- end -}}
+{{- $t -}}
+{{- end -}}
