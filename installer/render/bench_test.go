@@ -1,0 +1,126 @@
+package render
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// BenchmarkRenderPlatform renders the whole platform for the default
+// configuration in-process: every chart with the Helm SDK, then the
+// kustomize post-render.
+func BenchmarkRenderPlatform(b *testing.B) {
+	in, rel := load(b, "minimal")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Render(ctx, Options{Installation: in, Release: rel}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRenderPlatformCLI does the same work the way a script would:
+// `helm template` per component with the same values, then `kustomize
+// build` over the same kustomize tree, as separate processes. The tools are
+// built from the Go module proxy into $ONPREM_CACHE/bin when missing.
+func BenchmarkRenderPlatformCLI(b *testing.B) {
+	helm := tool(b, "helm", "helm.sh/helm/v4/cmd/helm@v4.3.1")
+	kustomize := tool(b, "kustomize", "sigs.k8s.io/kustomize/kustomize/v5@v5.8.2")
+	in, rel := load(b, "minimal")
+	st, err := renderCharts(context.Background(), Options{Installation: in, Release: rel})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	// The charts, the values of every component, and the kustomize tree.
+	if err := os.CopyFS(filepath.Join(dir, "charts"), st.opts.Charts); err != nil {
+		b.Fatal(err)
+	}
+	mem, err := st.post.tree(st.objects)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := exportTree(mem, filepath.Join(dir, "tree")); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range st.planned {
+		data, err := json.Marshal(st.values[p.Name])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p.Name+".values.json"), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	root := filepath.Join(dir, "tree", kustomizeRoot)
+	b.ResetTimer()
+	for b.Loop() {
+		var stream bytes.Buffer
+		for _, p := range st.planned {
+			cmd := exec.Command(helm, "template", p.Name, filepath.Join(dir, "charts", p.Chart),
+				"--namespace", in.Spec.Namespace, "-f", filepath.Join(dir, p.Name+".values.json"))
+			cmd.Stdout = &stream
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err != nil {
+				b.Fatalf("helm template %s: %v\n%s", p.Name, err, stderr.String())
+			}
+			stream.WriteString("\n---\n")
+		}
+		if err := os.WriteFile(filepath.Join(root, "resources.yaml"), stream.Bytes(), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		out, err := exec.Command(kustomize, "build", root).CombinedOutput()
+		if err != nil {
+			b.Fatalf("kustomize build: %v\n%s", err, out)
+		}
+	}
+}
+
+// exportTree writes an in-memory kustomize tree to disk under dir.
+func exportTree(mem filesys.FileSystem, dir string) error {
+	return mem.Walk("/", func(p string, info fs.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dir, p)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := mem.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+}
+
+// tool returns the path of a command-line tool in $ONPREM_CACHE/bin,
+// building it with `go install pkg@version` first when it is missing.
+func tool(b *testing.B, name, pkg string) string {
+	b.Helper()
+	cache := os.Getenv("ONPREM_CACHE")
+	if cache == "" {
+		cache = "/var/cache/onprem"
+	}
+	bin := filepath.Join(cache, "bin")
+	path := filepath.Join(bin, name)
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	b.Logf("building %s into %s (once; cached afterwards)", pkg, bin)
+	cmd := exec.Command("go", "install", pkg)
+	cmd.Env = append(os.Environ(), "GOBIN="+bin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building %s: %v\n%s", pkg, err, out)
+	}
+	return path
+}

@@ -1,0 +1,259 @@
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"onprem.dev/onprem/installer/credentials"
+)
+
+// Exceptions to the platform's pod rules, in one place, each with why.
+// Keys are "component/container"; "component/*" covers every container.
+var (
+	// NoProbes: containers that have no liveness/readiness probes.
+	NoProbes = map[string]string{
+		"db-provision/*": "a Job's containers run to completion; there is no server to probe",
+	}
+	// WritableRoot: containers whose root filesystem must stay writable.
+	WritableRoot = map[string]string{}
+)
+
+// Problem is one broken rule on one object.
+type Problem struct {
+	Component string `json:"component"`
+	Object    string `json:"object"` // Kind/name
+	Rule      string `json:"rule"`
+	Message   string `json:"message"`
+}
+
+func (p Problem) String() string {
+	return fmt.Sprintf("%s: %s: [%s] %s", p.Component, p.Object, p.Rule, p.Message)
+}
+
+// CheckOptions tunes Check.
+type CheckOptions struct {
+	// RegistryPrefix, when set, is where every image must come from.
+	RegistryPrefix string
+	// RequireDigests demands every image be pinned by digest.
+	RequireDigests bool
+}
+
+var typedScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := scheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := gatewayv1.Install(s); err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// Check applies the platform's rules to every rendered object: it decodes
+// into its typed Kubernetes object with no unknown field; no two objects
+// share kind/namespace/name; every container has probes, resources and the
+// restricted security context (but for the listed exceptions); images come
+// from the configured registry (and are pinned, when asked); every service
+// with a database has its own credentials.
+func Check(res *Result, opts CheckOptions) []Problem {
+	var out []Problem
+	seen := map[string]string{}
+	dbSecrets := map[string]string{} // secret name -> service using it
+	planned := map[string]bool{}
+	for _, s := range res.Secrets {
+		planned[s.Name] = true
+	}
+	for _, c := range res.Components {
+		for _, o := range c.Objects {
+			id := o.GetKind() + "/" + o.GetName()
+			add := func(rule, format string, a ...any) {
+				out = append(out, Problem{Component: c.Name, Object: id, Rule: rule, Message: fmt.Sprintf(format, a...)})
+			}
+			key := o.GetAPIVersion() + "/" + o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+			if other, dup := seen[key]; dup {
+				add("unique", "also rendered by component %s", other)
+			}
+			seen[key] = c.Name
+			if err := decodeStrict(o); err != nil {
+				add("typed", "%v", err)
+				continue
+			}
+			pod, ok := podSpecOf(o)
+			if !ok {
+				continue
+			}
+			checkPod(c.Name, pod, opts, add)
+			if c.Chart == "service" {
+				checkServiceCredentials(c.Name, pod, planned, dbSecrets, add)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// decodeStrict decodes an object into its registered Go type, refusing
+// unknown fields.
+func decodeStrict(o *unstructured.Unstructured) error {
+	gvk := o.GroupVersionKind()
+	typed, err := typedScheme.New(gvk)
+	if err != nil {
+		return fmt.Errorf("%s is not a known Kubernetes type", gvk)
+	}
+	data, err := json.Marshal(o.Object)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(typed); err != nil {
+		return fmt.Errorf("does not decode as %s: %v", gvk.Kind, err)
+	}
+	return nil
+}
+
+// podSpecOf returns the pod template spec of a workload.
+func podSpecOf(o *unstructured.Unstructured) (*corev1.PodSpec, bool) {
+	var path []string
+	switch o.GetKind() {
+	case "Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet":
+		path = []string{"spec", "template", "spec"}
+	case "CronJob":
+		path = []string{"spec", "jobTemplate", "spec", "template", "spec"}
+	case "Pod":
+		path = []string{"spec"}
+	default:
+		return nil, false
+	}
+	m, found, err := unstructured.NestedMap(o.Object, path...)
+	if err != nil || !found {
+		return nil, false
+	}
+	var spec corev1.PodSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec); err != nil {
+		return nil, false
+	}
+	return &spec, true
+}
+
+func excepted(list map[string]string, component, container string) bool {
+	_, all := list[component+"/*"]
+	_, one := list[component+"/"+container]
+	return all || one
+}
+
+func checkPod(component string, pod *corev1.PodSpec, opts CheckOptions, add func(rule, format string, a ...any)) {
+	psc := pod.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	all := append(append([]corev1.Container(nil), pod.InitContainers...), pod.Containers...)
+	for i, ct := range all {
+		init := i < len(pod.InitContainers)
+		name := ct.Name
+		if ct.Image == "" {
+			add("image", "container %s has no image", name)
+		}
+		if opts.RegistryPrefix != "" && !strings.HasPrefix(ct.Image, strings.TrimSuffix(opts.RegistryPrefix, "/")+"/") {
+			add("registry", "container %s image %s is not from %s", name, ct.Image, opts.RegistryPrefix)
+		}
+		if opts.RequireDigests && !strings.Contains(ct.Image, "@sha256:") {
+			add("digest", "container %s image %s is not pinned by digest", name, ct.Image)
+		}
+		if !init && !excepted(NoProbes, component, name) {
+			if ct.LivenessProbe == nil {
+				add("probes", "container %s has no liveness probe", name)
+			}
+			if ct.ReadinessProbe == nil {
+				add("probes", "container %s has no readiness probe", name)
+			}
+		}
+		if ct.Resources.Requests.Cpu().IsZero() || ct.Resources.Requests.Memory().IsZero() {
+			add("resources", "container %s has no cpu and memory requests", name)
+		}
+		if ct.Resources.Limits.Memory().IsZero() {
+			add("resources", "container %s has no memory limit", name)
+		}
+		sc := ct.SecurityContext
+		if sc == nil {
+			sc = &corev1.SecurityContext{}
+		}
+		nonRoot := (sc.RunAsNonRoot != nil && *sc.RunAsNonRoot) || (sc.RunAsNonRoot == nil && psc.RunAsNonRoot != nil && *psc.RunAsNonRoot)
+		if !nonRoot {
+			add("security", "container %s does not set runAsNonRoot", name)
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			add("security", "container %s runs as uid 0", name)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			add("security", "container %s does not set allowPrivilegeEscalation: false", name)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			add("security", "container %s is privileged", name)
+		}
+		if sc.Capabilities == nil || !dropsAll(sc.Capabilities.Drop) || len(sc.Capabilities.Add) > 0 {
+			add("security", "container %s does not drop ALL capabilities (or adds some)", name)
+		}
+		seccomp := sc.SeccompProfile
+		if seccomp == nil {
+			seccomp = psc.SeccompProfile
+		}
+		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			add("security", "container %s has no RuntimeDefault seccomp profile", name)
+		}
+		if !excepted(WritableRoot, component, name) && (sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem) {
+			add("security", "container %s has a writable root filesystem", name)
+		}
+	}
+}
+
+func dropsAll(caps []corev1.Capability) bool {
+	for _, c := range caps {
+		if strings.EqualFold(string(c), "ALL") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkServiceCredentials makes sure a service reads its databases with
+// credentials of its own, which the installer generates.
+func checkServiceCredentials(component string, pod *corev1.PodSpec, planned map[string]bool, used map[string]string, add func(rule, format string, a ...any)) {
+	for _, ct := range pod.Containers {
+		for _, e := range ct.Env {
+			engine := ""
+			switch e.Name {
+			case "MONGODB_PASSWORD":
+				engine = "mongodb"
+			case "POSTGRESQL_PASSWORD":
+				engine = "postgresql"
+			default:
+				continue
+			}
+			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+				add("credentials", "%s is not read from a Secret", e.Name)
+				continue
+			}
+			name := e.ValueFrom.SecretKeyRef.Name
+			if want := credentials.ServiceSecret(component, engine); name != want {
+				add("credentials", "%s comes from %s, not the service's own %s", e.Name, name, want)
+			}
+			if other, ok := used[name]; ok && other != component {
+				add("credentials", "%s shares %s with %s", e.Name, name, other)
+			}
+			used[name] = component
+			if !planned[name] {
+				add("credentials", "%s reads Secret %s, which the installer does not generate", e.Name, name)
+			}
+		}
+	}
+}

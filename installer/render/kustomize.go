@@ -1,0 +1,408 @@
+package render
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/images"
+)
+
+// kustomizationFiles are the names kustomize accepts for its file.
+var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
+
+// postRender runs the kustomize stage over the whole platform in memory:
+// the platform's own bases from manifests/ plus every chart's objects, then
+// the built-in overlays in order (namespace and common labels, image
+// relocation, hardening, placement, proxy environment), then the
+// operator's overlay folders. No kustomize binary is involved.
+type postRender struct {
+	in        *config.Installation
+	manifests fs.FS
+	// components of manifests/components/ that the configuration selects.
+	baseComponents []string
+	// repositories are the image repositories the charts use (relocated
+	// when a private registry is configured).
+	repositories []string
+}
+
+func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	mem, err := p.tree(charted)
+	if err != nil {
+		return nil, err
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(mem, kustomizeRoot)
+	if err != nil {
+		return nil, fmt.Errorf("post-render (kustomize): %w", err)
+	}
+	out := make([]*unstructured.Unstructured, 0, rm.Size())
+	for _, r := range rm.Resources() {
+		// Through JSON, so that numbers are int64 or float64 as the
+		// unstructured helpers expect (kustomize hands out plain ints).
+		data, err := r.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("post-render: %s: %w", r.CurId(), err)
+		}
+		var m map[string]any
+		if err := utiljson.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("post-render: %s: %w", r.CurId(), err)
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out, nil
+}
+
+// kustomizeRoot is the kustomization that tree writes and run builds.
+const kustomizeRoot = "/render"
+
+// tree writes the in-memory kustomize tree of the post-render: the charts'
+// objects, the platform's bases, the built-in overlays and the operator's.
+func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSystem, error) {
+	mem := filesys.MakeFsInMemory()
+	if err := copyFS(mem, p.manifests, "/manifests"); err != nil {
+		return nil, fmt.Errorf("post-render: %w", err)
+	}
+	var stream strings.Builder
+	for _, u := range charted {
+		b, err := yaml.Marshal(u.Object)
+		if err != nil {
+			return nil, fmt.Errorf("post-render: %s/%s: %w", u.GetKind(), u.GetName(), err)
+		}
+		stream.WriteString("---\n")
+		stream.Write(b)
+	}
+	files := map[string]any{
+		"/render/resources.yaml": stream.String(),
+		"/render/platform/kustomization.yaml": map[string]any{
+			"apiVersion": "kustomize.config.k8s.io/v1beta1",
+			"kind":       "Kustomization",
+			"resources":  []any{"../../manifests/base"},
+			"components": prefixed("../../manifests/components/", p.baseComponents),
+			"labels": []any{map[string]any{
+				"pairs":            map[string]any{ComponentLabel: PlatformComponent},
+				"includeSelectors": false,
+			}},
+		},
+	}
+	components := []string{"../builtin/common"}
+	files["/builtin/common/kustomization.yaml"] = p.common()
+	if img, err := p.relocation(); err != nil {
+		return nil, err
+	} else if img != nil {
+		files["/builtin/images/kustomization.yaml"] = img
+		components = append(components, "../builtin/images")
+	}
+	components = append(components, "../manifests/components/hardening")
+	if pl := p.placement(); pl != nil {
+		files["/builtin/placement/kustomization.yaml"] = pl
+		components = append(components, "../builtin/placement")
+	}
+	if px, err := p.proxy(charted); err != nil {
+		return nil, err
+	} else if px != nil {
+		files["/builtin/proxy/kustomization.yaml"] = px
+		components = append(components, "../builtin/proxy")
+	}
+	for i, dir := range p.in.Spec.Overlays {
+		dst := fmt.Sprintf("/user/%d", i)
+		if err := loadOverlay(mem, dir, dst); err != nil {
+			return nil, err
+		}
+		components = append(components, ".."+dst)
+	}
+	files["/render/kustomization.yaml"] = map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1beta1",
+		"kind":       "Kustomization",
+		"namespace":  p.in.Spec.Namespace,
+		"resources":  []any{"platform", "resources.yaml"},
+		"components": toAny(components),
+	}
+	for name, content := range files {
+		var data []byte
+		switch c := content.(type) {
+		case string:
+			data = []byte(c)
+		default:
+			b, err := yaml.Marshal(c)
+			if err != nil {
+				return nil, fmt.Errorf("post-render: %s: %w", name, err)
+			}
+			data = b
+		}
+		if err := mem.MkdirAll(path.Dir(name)); err != nil {
+			return nil, err
+		}
+		if err := mem.WriteFile(name, data); err != nil {
+			return nil, err
+		}
+	}
+	return mem, nil
+}
+
+// common sets the installation's labels first, so that every later overlay
+// (the operator's too) can select by them. The namespace is set last, by the
+// top kustomization, so that the operator's patches need not name it.
+func (p *postRender) common() map[string]any {
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"labels": []any{map[string]any{
+			"pairs": map[string]any{
+				"app.kubernetes.io/part-of": "onprem",
+				"onprem.dev/installation":   p.in.Metadata.Name,
+			},
+			"includeSelectors": false,
+			"includeTemplates": true,
+		}},
+	}
+}
+
+// relocation rewrites every image to the private registry, keeping tags and
+// digests. Nil when no registry is configured.
+func (p *postRender) relocation() (map[string]any, error) {
+	reg := p.in.Spec.Registry
+	if reg.Host == "" {
+		return nil, nil
+	}
+	var entries []any
+	for _, repo := range p.repositories {
+		to, err := images.Relocate(repo, reg.Host, reg.PathPrefix)
+		if err != nil {
+			return nil, fmt.Errorf("spec.registry: %w", err)
+		}
+		entries = append(entries, map[string]any{"name": repo, "newName": to})
+	}
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"images":     entries,
+	}, nil
+}
+
+// workloadKinds are the kinds whose pod template the placement and proxy
+// overlays change.
+var workloadKinds = []struct{ apiVersion, kind string }{
+	{"apps/v1", "Deployment"}, {"apps/v1", "StatefulSet"}, {"apps/v1", "DaemonSet"}, {"batch/v1", "Job"},
+}
+
+// placement adds the node selector and tolerations to every pod template.
+func (p *postRender) placement() map[string]any {
+	pl := p.in.Spec.Placement
+	if len(pl.NodeSelector) == 0 && len(pl.Tolerations) == 0 {
+		return nil
+	}
+	podSpec := map[string]any{}
+	if len(pl.NodeSelector) > 0 {
+		podSpec["nodeSelector"] = pl.NodeSelector
+	}
+	if len(pl.Tolerations) > 0 {
+		podSpec["tolerations"] = pl.Tolerations
+	}
+	var patches []any
+	for _, w := range workloadKinds {
+		patch := map[string]any{
+			"apiVersion": w.apiVersion,
+			"kind":       w.kind,
+			"metadata":   map[string]any{"name": "placement"},
+			"spec":       map[string]any{"template": map[string]any{"spec": podSpec}},
+		}
+		b, _ := yaml.Marshal(patch)
+		patches = append(patches, map[string]any{
+			"target": map[string]any{"kind": w.kind},
+			"patch":  string(b),
+		})
+	}
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"patches":    patches,
+	}
+}
+
+// proxy gives every container of every chart workload the proxy
+// environment (upper and lower case: tools read either). Kustomize cannot
+// patch "every container", so a strategic-merge patch is written per
+// workload, naming its containers.
+func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, error) {
+	px := p.in.Spec.Proxy
+	if px.HTTPProxy == "" && px.HTTPSProxy == "" {
+		return nil, nil
+	}
+	noProxy := []string{"localhost", "127.0.0.1", ".svc", ".cluster.local", p.in.Spec.Namespace}
+	if px.NoProxy != "" {
+		noProxy = append(noProxy, px.NoProxy)
+	}
+	var env []any
+	add := func(name, value string) {
+		if value != "" {
+			env = append(env, map[string]any{"name": name, "value": value}, map[string]any{"name": strings.ToLower(name), "value": value})
+		}
+	}
+	add("HTTP_PROXY", px.HTTPProxy)
+	add("HTTPS_PROXY", px.HTTPSProxy)
+	add("NO_PROXY", strings.Join(noProxy, ","))
+
+	var patches []any
+	for _, u := range objs {
+		var isWorkload bool
+		for _, w := range workloadKinds {
+			if u.GetKind() == w.kind && u.GetAPIVersion() == w.apiVersion {
+				isWorkload = true
+			}
+		}
+		if !isWorkload {
+			continue
+		}
+		podSpec := map[string]any{}
+		for _, field := range []string{"containers", "initContainers"} {
+			cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", field)
+			var patched []any
+			for _, c := range cs {
+				cm, _ := c.(map[string]any)
+				name, _ := cm["name"].(string)
+				if name == "" {
+					continue
+				}
+				patched = append(patched, map[string]any{"name": name, "env": env})
+			}
+			if len(patched) > 0 {
+				podSpec[field] = patched
+			}
+		}
+		if len(podSpec) == 0 {
+			continue
+		}
+		patch := map[string]any{
+			"apiVersion": u.GetAPIVersion(),
+			"kind":       u.GetKind(),
+			"metadata":   map[string]any{"name": u.GetName()},
+			"spec":       map[string]any{"template": map[string]any{"spec": podSpec}},
+		}
+		b, err := yaml.Marshal(patch)
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{
+			"target": map[string]any{"kind": u.GetKind(), "name": u.GetName()},
+			"patch":  string(b),
+		})
+	}
+	if len(patches) == 0 {
+		return nil, nil
+	}
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"patches":    patches,
+	}, nil
+}
+
+// loadOverlay copies an operator's overlay folder into the in-memory tree.
+// The folder holds a kustomize Component; a Kustomization without resources
+// is accepted and treated as one (it can only be meant as patches).
+func loadOverlay(mem filesys.FileSystem, dir, dst string) error {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("spec.overlays: %s: %w", dir, err)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("spec.overlays: %s is not a folder; an overlay is a folder holding a kustomization.yaml", dir)
+	}
+	if err := copyFS(mem, os.DirFS(dir), dst); err != nil {
+		return fmt.Errorf("spec.overlays: %s: %w", dir, err)
+	}
+	var kfile string
+	for _, n := range kustomizationFiles {
+		if mem.Exists(dst + "/" + n) {
+			kfile = dst + "/" + n
+			break
+		}
+	}
+	if kfile == "" {
+		return fmt.Errorf("spec.overlays: %s has no kustomization.yaml; write one of kind Component (apiVersion kustomize.config.k8s.io/v1alpha1)", dir)
+	}
+	data, err := mem.ReadFile(kfile)
+	if err != nil {
+		return err
+	}
+	var k map[string]any
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		return fmt.Errorf("spec.overlays: %s: %w", filepath.Join(dir, path.Base(kfile)), err)
+	}
+	switch k["kind"] {
+	case "Component":
+		return nil
+	case nil, "Kustomization":
+		if _, has := k["resources"]; has {
+			return fmt.Errorf("spec.overlays: %s is a Kustomization with resources; an overlay changes the platform's objects, so write it as kind: Component (apiVersion kustomize.config.k8s.io/v1alpha1) and keep any new objects under its resources", dir)
+		}
+		k["apiVersion"] = "kustomize.config.k8s.io/v1alpha1"
+		k["kind"] = "Component"
+		b, err := yaml.Marshal(k)
+		if err != nil {
+			return err
+		}
+		return mem.WriteFile(kfile, b)
+	default:
+		return fmt.Errorf("spec.overlays: %s: kind %v is not a kustomize Component", dir, k["kind"])
+	}
+}
+
+// copyFS copies every file of src under dst in mem.
+func copyFS(mem filesys.FileSystem, src fs.FS, dst string) error {
+	return fs.WalkDir(src, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		target := path.Join(dst, p)
+		if d.IsDir() {
+			return mem.MkdirAll(target)
+		}
+		if strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		data, err := fs.ReadFile(src, p)
+		if err != nil {
+			return err
+		}
+		return mem.WriteFile(target, data)
+	})
+}
+
+func prefixed(prefix string, names []string) []any {
+	out := make([]any, 0, len(names))
+	for _, n := range names {
+		out = append(out, prefix+n)
+	}
+	return out
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

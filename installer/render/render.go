@@ -1,0 +1,282 @@
+// Package render turns an installation (onprem.yaml) and a release manifest
+// into the objects of every component, in-process: Helm SDK for the charts
+// with layered values (chart defaults < release < sizing profile < config <
+// --set), then one kustomize post-render over the whole platform (built-in
+// overlays from manifests/ and generated ones, then the operator's overlay
+// folders). No helm or kubectl binary is called, and no cluster is needed.
+package render
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"slices"
+
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"onprem.dev/onprem/charts"
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/credentials"
+	"onprem.dev/onprem/installer/images"
+	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/sizing"
+	"onprem.dev/onprem/manifests"
+)
+
+// ProvisionComponent is the component that gives services their databases.
+const ProvisionComponent = "db-provision"
+
+// Options is what Render needs. Installation must be defaulted and valid
+// (config.Load does both).
+type Options struct {
+	Installation *config.Installation
+	Release      *release.Release
+	// Charts holds one folder per chart (default: the embedded charts; a
+	// bundle brings its own).
+	Charts fs.FS
+	// Manifests holds base/ and components/ (default: the embedded ones).
+	Manifests fs.FS
+	// Set holds --set values, COMPONENT.key=value, applied last.
+	Set []string
+}
+
+// Component is one rendered component: a Helm release of the platform.
+type Component struct {
+	Name  string `json:"name"`
+	Group string `json:"group"`
+	// Chart and ChartVersion are empty for the platform component, which is
+	// rendered from manifests/ alone.
+	Chart        string                       `json:"chart,omitempty"`
+	ChartVersion string                       `json:"chartVersion,omitempty"`
+	DependsOn    []string                     `json:"dependsOn,omitempty"`
+	Values       map[string]any               `json:"-"`
+	Objects      []*unstructured.Unstructured `json:"objects"`
+}
+
+// Result is a rendered platform.
+type Result struct {
+	Version   string `json:"version"`
+	Namespace string `json:"namespace"`
+	// Components in apply order: each after all its dependencies.
+	Components []*Component `json:"components"`
+	// Secrets lists the Secrets the installer generates (names and keys,
+	// never values).
+	Secrets []credentials.Secret `json:"generatedSecrets"`
+}
+
+// Component returns the named component, or nil.
+func (r *Result) Component(name string) *Component {
+	for _, c := range r.Components {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Render renders the platform.
+func Render(ctx context.Context, opts Options) (*Result, error) {
+	st, err := renderCharts(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return st.postRender()
+}
+
+// charted is the platform after the Helm stage, before the kustomize one.
+type charted struct {
+	opts     Options
+	planned  []planned
+	values   map[string]map[string]any
+	services map[string]map[string]any
+	objects  []*unstructured.Unstructured
+	post     *postRender
+}
+
+// renderCharts computes every component's values and renders its chart.
+func renderCharts(ctx context.Context, opts Options) (*charted, error) {
+	in, rel := opts.Installation, opts.Release
+	if in == nil || rel == nil {
+		return nil, fmt.Errorf("render: an installation and a release are required")
+	}
+	if opts.Charts == nil {
+		opts.Charts = charts.FS
+	}
+	if opts.Manifests == nil {
+		opts.Manifests = manifests.FS
+	}
+	prof, err := sizing.Get(in.Spec.Profile)
+	if err != nil {
+		return nil, fmt.Errorf("spec.profile: %w", err)
+	}
+	sets, err := parseSet(opts.Set, rel)
+	if err != nil {
+		return nil, err
+	}
+	planned, err := plan(in, rel)
+	if err != nil {
+		return nil, err
+	}
+	global := globalValues(in)
+
+	// Values first: db-provision's list depends on the services' final
+	// values (an operator may change what a service uses).
+	st := &charted{opts: opts, values: map[string]map[string]any{}, services: map[string]map[string]any{}}
+	for _, p := range planned {
+		v, err := componentValues(in, rel, prof, p.Component, global, sets)
+		if err != nil {
+			return nil, err
+		}
+		st.values[p.Name] = v
+		if p.Chart == sizing.ServiceChart {
+			st.services[p.Name] = v
+		}
+	}
+	provision := provisionList(st.services)
+	if len(provision) == 0 {
+		planned = dropComponent(planned, ProvisionComponent)
+	} else if v, ok := st.values[ProvisionComponent]; ok {
+		v["services"] = provision
+	}
+	st.planned = planned
+
+	loaded := map[string]*chartv2.Chart{}
+	repos := map[string]bool{}
+	for _, p := range planned {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ch, ok := loaded[p.Chart]
+		if !ok {
+			ch, err = charts.LoadFrom(opts.Charts, p.Chart)
+			if err != nil {
+				return nil, fmt.Errorf("component %s: %w", p.Name, err)
+			}
+			loaded[p.Chart] = ch
+		}
+		if ch.Metadata.Version != p.ChartVersion {
+			return nil, fmt.Errorf("component %s: release %s needs chart %s %s, but this onprem has %s %s: use the onprem that ships release %s, or a bundle of it",
+				p.Name, rel.Version, p.Chart, p.ChartVersion, p.Chart, ch.Metadata.Version, rel.Version)
+		}
+		ms, err := charts.Template(ch, p.Name, in.Spec.Namespace, st.values[p.Name])
+		if err != nil {
+			return nil, fmt.Errorf("component %s: %w", p.Name, err)
+		}
+		for _, m := range ms {
+			objs, err := decodeObjects(p.Name+": "+m.Template, []byte(m.Content))
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range objs {
+				setLabel(o, ComponentLabel, p.Name)
+				// The post-render sets every namespace last, so that
+				// overlays match objects the way kustomize users expect
+				// (patches without a namespace).
+				o.SetNamespace("")
+			}
+			st.objects = append(st.objects, objs...)
+		}
+		for _, imgName := range p.Images {
+			img, _ := rel.Image(imgName)
+			repos[images.Repository(img, in.Spec.Images.Platform)] = true
+		}
+	}
+	st.post = &postRender{
+		in:             in,
+		manifests:      opts.Manifests,
+		baseComponents: baseComponents(in, planned),
+		repositories:   sortedKeys(repos),
+	}
+	return st, nil
+}
+
+// postRender runs kustomize over the charts' objects and splits the result
+// back into components, each in install order.
+func (st *charted) postRender() (*Result, error) {
+	objs, err := st.post.run(st.objects)
+	if err != nil {
+		return nil, err
+	}
+	in, rel := st.opts.Installation, st.opts.Release
+	res := &Result{Version: rel.Version, Namespace: in.Spec.Namespace}
+	byName := map[string]*Component{}
+	platform := &Component{Name: PlatformComponent, Group: PlatformComponent}
+	res.Components = append(res.Components, platform)
+	byName[PlatformComponent] = platform
+	for _, p := range st.planned {
+		c := &Component{Name: p.Name, Group: p.Group, Chart: p.Chart, ChartVersion: p.ChartVersion,
+			DependsOn: p.deps, Values: st.values[p.Name]}
+		res.Components = append(res.Components, c)
+		byName[p.Name] = c
+	}
+	for _, o := range objs {
+		name := o.GetLabels()[ComponentLabel]
+		c, ok := byName[name]
+		if !ok {
+			// Objects an operator's overlay adds without saying whose
+			// they are belong to the platform component.
+			setLabel(o, ComponentLabel, PlatformComponent)
+			c = platform
+		}
+		c.Objects = append(c.Objects, o)
+	}
+	for _, c := range res.Components {
+		installOrder(c.Objects)
+	}
+	res.Secrets = credentials.Plan(needs(in, st.services))
+	return res, nil
+}
+
+func dropComponent(ps []planned, name string) []planned {
+	var out []planned
+	for _, p := range ps {
+		if p.Name == name {
+			continue
+		}
+		if i := slices.Index(p.deps, name); i >= 0 {
+			p.deps = slices.Delete(slices.Clone(p.deps), i, i+1)
+			if len(p.deps) == 0 {
+				p.deps = []string{PlatformComponent}
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// baseComponents selects the kustomize components of manifests/ that the
+// configuration needs.
+func baseComponents(in *config.Installation, ps []planned) []string {
+	var out []string
+	if slices.ContainsFunc(ps, func(p planned) bool { return p.Group == release.GroupPipelines }) {
+		out = append(out, "pipelines")
+	}
+	for _, db := range []string{"mongodb", "postgresql", "redis", "rabbitmq"} {
+		if databaseOf(in.Spec, db).Mode == "external" {
+			out = append(out, "external-"+db)
+		}
+	}
+	return out
+}
+
+// needs describes the installation for the credentials plan.
+func needs(in *config.Installation, services map[string]map[string]any) credentials.Needs {
+	n := credentials.Needs{Internal: map[string]bool{}, SelfSignedTLS: in.Spec.TLS.Mode != "secret"}
+	for _, db := range []string{"mongodb", "postgresql", "redis", "rabbitmq"} {
+		n.Internal[db] = databaseOf(in.Spec, db).Mode != "external"
+	}
+	for _, name := range sortedKeys(services) {
+		v := services[name]
+		if serviceUses(v, "mongodb") {
+			n.MongoDBUsers = append(n.MongoDBUsers, name)
+		}
+		if serviceUses(v, "postgresql") {
+			n.PostgreSQLUsers = append(n.PostgreSQLUsers, name)
+		}
+		if serviceUses(v, "keys") {
+			n.PlatformKeys = true
+		}
+	}
+	return n
+}
