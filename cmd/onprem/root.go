@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/version"
+)
+
+// Exit codes, documented in the README.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the operation failed
+	exitInput   = 2 // bad configuration, flags or arguments: nothing was done
+)
+
+// inputError marks errors in what the operator gave (exit code 2).
+type inputError struct{ err error }
+
+func (e inputError) Error() string { return e.err.Error() }
+func (e inputError) Unwrap() error { return e.err }
+
+// run executes the command line and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintln(stderr, formatError(err))
+	return exitCode(err)
+}
+
+func exitCode(err error) int {
+	var ce config.Errors
+	var uv *release.UnknownVersionError
+	var ie inputError
+	var ae *action.InputError
+	switch {
+	case errors.As(err, &ce), errors.As(err, &uv), errors.As(err, &ie), errors.As(err, &ae):
+		return exitInput
+	}
+	return exitFailure
+}
+
+func formatError(err error) string {
+	var ce config.Errors
+	if errors.As(err, &ce) {
+		n := len(ce)
+		noun := "problem"
+		if n != 1 {
+			noun = "problems"
+		}
+		return fmt.Sprintf("Error: the configuration has %d %s:\n%s", n, noun, indent(ce.Error()))
+	}
+	return "Error: " + err.Error()
+}
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	var logLevel string
+	root := &cobra.Command{
+		Use:   "onprem",
+		Short: "Install and run the CI/CD platform on your own Kubernetes clusters",
+		Long: `onprem installs a complete CI/CD platform (ingress, MongoDB, Redis,
+RabbitMQ, PostgreSQL, the pipelines and GitOps services, runners, GitOps
+runtimes) on your own Kubernetes clusters and runs its whole life.
+
+It is declarative: describe the installation in onprem.yaml, and onprem
+makes the cluster match. Start with:
+
+  onprem config init            # write a commented onprem.yaml
+  onprem config validate        # check it
+  onprem render                 # see every object it would create
+
+Exit codes: 0 success, 1 the operation failed, 2 bad configuration or
+arguments (nothing was changed).`,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+				return inputError{fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)}
+			}
+			slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})))
+			return nil
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
+	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd())
+	return root
+}
+
+// addSourceFlags adds the flags that say where the configuration comes
+// from and override it (flags > ONPREM_* environment > file > defaults).
+func addSourceFlags(cmd *cobra.Command, src *action.Source) {
+	f := cmd.Flags()
+	f.StringVarP(&src.ConfigPath, "config", "c", "onprem.yaml", "the installation's configuration file")
+	o := &src.Overrides
+	strFlag := func(target **string, name, usage string) {
+		var v string
+		f.StringVar(&v, name, "", usage)
+		cmd.PreRunE = chain(cmd.PreRunE, func(c *cobra.Command, _ []string) error {
+			if c.Flags().Changed(name) {
+				*target = &v
+			}
+			return nil
+		})
+	}
+	strFlag(&o.Version, "platform-version", "override spec.version (ONPREM_VERSION)")
+	strFlag(&o.Namespace, "namespace", "override spec.namespace (ONPREM_NAMESPACE)")
+	strFlag(&o.Domain, "domain", "override spec.domain (ONPREM_DOMAIN)")
+	strFlag(&o.Profile, "profile", "override spec.profile: small, medium or large (ONPREM_PROFILE)")
+	strFlag(&o.RegistryHost, "registry", "override spec.registry.host (ONPREM_REGISTRY_HOST)")
+	strFlag(&o.RegistryPathPrefix, "registry-prefix", "override spec.registry.pathPrefix (ONPREM_REGISTRY_PATH_PREFIX)")
+}
+
+func chain(a, b func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {
+	if a == nil {
+		return b
+	}
+	return func(c *cobra.Command, args []string) error {
+		if err := a(c, args); err != nil {
+			return err
+		}
+		return b(c, args)
+	}
+}

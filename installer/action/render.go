@@ -1,0 +1,52 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/version"
+)
+
+// Render renders the platform (or one component) without a cluster.
+type Render struct {
+	Source
+	// Set holds --set COMPONENT.key=value overrides.
+	Set []string
+	// Component limits the result to one component.
+	Component string
+}
+
+// Run renders.
+func (r *Render) Run(ctx context.Context) (*render.Result, error) {
+	l, err := r.Source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Release.CheckInstaller(version.Version); err != nil {
+		return nil, err
+	}
+	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release, Set: r.Set})
+	if err != nil {
+		var se *render.SetError
+		if errors.As(err, &se) {
+			return nil, inputErr(err)
+		}
+		return nil, err
+	}
+	if r.Component == "" {
+		return res, nil
+	}
+	c := res.Component(r.Component)
+	if c == nil {
+		var names []string
+		for _, c := range res.Components {
+			names = append(names, c.Name)
+		}
+		return nil, inputErr(fmt.Errorf("--component %s: not a component of this installation; components: %s", r.Component, strings.Join(names, ", ")))
+	}
+	res.Components = []*render.Component{c}
+	return res, nil
+}
