@@ -71,3 +71,14 @@ func TestEveryChartRenders(t *testing.T) {
 		})
 	}
 }
+
+// valuesOf parses a YAML snippet of chart values (merged by the chart over
+// its values.yaml, as the render pipeline does).
+func valuesOf(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := yaml.Unmarshal([]byte(doc), &v); err != nil {
+		t.Fatalf("values: %v", err)
+	}
+	return v
+}

@@ -102,15 +102,6 @@ type objectMeta struct {
 	Labels    map[string]string `json:"labels"`
 }
 
-func infraValues(t *testing.T, doc string) map[string]any {
-	t.Helper()
-	var v map[string]any
-	if err := yaml.Unmarshal([]byte(doc), &v); err != nil {
-		t.Fatalf("values: %v", err)
-	}
-	return v
-}
-
 // infraRender renders chart with values (over its values.yaml) as release
 // "r-<chart>" in infraNamespace and decodes every document strictly.
 func infraRender(t *testing.T, chart string, values map[string]any) (*infraRendering, error) {
@@ -686,7 +677,7 @@ func TestInfraSecretReferences(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.chart+"/"+tc.container+"/"+tc.values, func(t *testing.T) {
-			r := infraMustRender(t, tc.chart, infraValues(t, tc.values))
+			r := infraMustRender(t, tc.chart, valuesOf(t, tc.values))
 			got := infraEnvFromSecret(infraContainer(t, r, tc.container))
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Secret-backed environment:\n got %v\nwant %v", got, tc.want)
@@ -695,7 +686,7 @@ func TestInfraSecretReferences(t *testing.T) {
 	}
 
 	// Internal databases: host and port are literal values of the contract.
-	r := infraMustRender(t, "db-provision", infraValues(t, "global: {databases: {postgresql: {host: pg.example, port: 6432}}}"))
+	r := infraMustRender(t, "db-provision", valuesOf(t, "global: {databases: {postgresql: {host: pg.example, port: 6432}}}"))
 	pg := infraContainer(t, r, "postgresql")
 	if h, _ := infraEnvValue(pg, "PGHOST"); h != "pg.example" {
 		t.Errorf("PGHOST = %q", h)
@@ -709,7 +700,7 @@ func TestInfraSecretReferences(t *testing.T) {
 
 	// The Erlang cookie: a file from the erlang-cookie key, mode 0400, copied
 	// to $HOME/.erlang.cookie before the server starts.
-	r = infraMustRender(t, "rabbitmq", infraValues(t, "global: {databases: {rabbitmq: {secretName: other-rabbitmq}}}"))
+	r = infraMustRender(t, "rabbitmq", valuesOf(t, "global: {databases: {rabbitmq: {secretName: other-rabbitmq}}}"))
 	sts := infraStatefulSet(t, r)
 	var cookie *corev1.Volume
 	for i, v := range sts.Spec.Template.Spec.Volumes {
@@ -755,7 +746,7 @@ func TestInfraStorageClass(t *testing.T) {
 		}
 		for _, tc := range cases {
 			t.Run(ch.name+"/"+tc.values, func(t *testing.T) {
-				r := infraMustRender(t, ch.name, infraValues(t, tc.values))
+				r := infraMustRender(t, ch.name, valuesOf(t, tc.values))
 				sts := infraStatefulSet(t, r)
 				if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Name != "data" {
 					t.Fatalf("want one claim template called data")
@@ -796,11 +787,11 @@ func TestInfraReplicas(t *testing.T) {
 			continue
 		}
 		t.Run(ch.name, func(t *testing.T) {
-			_, err := infraRender(t, ch.name, infraValues(t, "replicas: 2"))
+			_, err := infraRender(t, ch.name, valuesOf(t, "replicas: 2"))
 			if err == nil || !strings.Contains(err.Error(), "replicas") {
 				t.Errorf("replicas 2: error %v, want a refusal naming replicas", err)
 			}
-			r := infraMustRender(t, ch.name, infraValues(t, "replicas: 0"))
+			r := infraMustRender(t, ch.name, valuesOf(t, "replicas: 0"))
 			if got := *infraStatefulSet(t, r).Spec.Replicas; got != 0 {
 				t.Errorf("replicas 0: got %d", got)
 			}
@@ -814,7 +805,7 @@ func TestInfraReplicas(t *testing.T) {
 		})
 	}
 	for _, n := range []int{1, 2, 3} {
-		r := infraMustRender(t, "ingress", infraValues(t, fmt.Sprintf("replicas: %d", n)))
+		r := infraMustRender(t, "ingress", valuesOf(t, fmt.Sprintf("replicas: %d", n)))
 		d := r.deployments[0]
 		if *d.Spec.Replicas != int32(n) {
 			t.Errorf("ingress replicas %d: got %d", n, *d.Spec.Replicas)
@@ -877,7 +868,7 @@ func TestInfraServices(t *testing.T) {
 // overrides of the contract.
 func TestInfraCommandArgs(t *testing.T) {
 	mongo := func(values string) corev1.Container {
-		return infraContainer(t, infraMustRender(t, "mongodb", infraValues(t, values)), "mongodb")
+		return infraContainer(t, infraMustRender(t, "mongodb", valuesOf(t, values)), "mongodb")
 	}
 	c := mongo("")
 	if c.Command != nil || !reflect.DeepEqual(c.Args, []string{"mongod", "--bind_ip_all", "--auth", "--wiredTigerCacheSizeGB", "0.25"}) {
@@ -926,7 +917,7 @@ func TestInfraCommandArgs(t *testing.T) {
 	if got := strings.Join(c.ReadinessProbe.Exec.Command, " "); !strings.Contains(got, "redis-cli") || !strings.Contains(got, "ping") {
 		t.Errorf("redis readiness: %q", got)
 	}
-	c = infraContainer(t, infraMustRender(t, "redis", infraValues(t, "command: [redis-server]\nargs: [--save, '']")), "redis")
+	c = infraContainer(t, infraMustRender(t, "redis", valuesOf(t, "command: [redis-server]\nargs: [--save, '']")), "redis")
 	if !reflect.DeepEqual(c.Command, []string{"redis-server"}) || !reflect.DeepEqual(c.Args, []string{"--save", ""}) {
 		t.Errorf("redis override: command %q args %q", c.Command, c.Args)
 	}
@@ -952,7 +943,7 @@ func TestInfraCommandArgs(t *testing.T) {
 // memory are sized from the container's limit instead.
 func TestInfraMemorySizing(t *testing.T) {
 	cm := func(chart, values, key string) string {
-		r := infraMustRender(t, chart, infraValues(t, values))
+		r := infraMustRender(t, chart, valuesOf(t, values))
 		if len(r.configMaps) != 1 {
 			t.Fatalf("%s: %d ConfigMaps", chart, len(r.configMaps))
 		}
@@ -970,13 +961,13 @@ func TestInfraMemorySizing(t *testing.T) {
 	if got := cm("nats", "persistence: {size: 10Gi}", "nats.conf"); !strings.Contains(got, "max_file_store: 9663676416\n") || !strings.Contains(got, "max_memory_store: 134217728\n") {
 		t.Errorf("nats configuration:\n%s", got)
 	}
-	_, err := infraRender(t, "redis", infraValues(t, "resources: {limits: {memory: lots}}"))
+	_, err := infraRender(t, "redis", valuesOf(t, "resources: {limits: {memory: lots}}"))
 	if err == nil || !strings.Contains(err.Error(), "lots") {
 		t.Errorf("an unreadable memory limit: error %v", err)
 	}
 	// A configuration change restarts the pod.
 	a := infraStatefulSet(t, infraMustRender(t, "rabbitmq", nil)).Spec.Template.Annotations["checksum/config"]
-	b := infraStatefulSet(t, infraMustRender(t, "rabbitmq", infraValues(t, "resources: {limits: {memory: 1Gi}}"))).Spec.Template.Annotations["checksum/config"]
+	b := infraStatefulSet(t, infraMustRender(t, "rabbitmq", valuesOf(t, "resources: {limits: {memory: 1Gi}}"))).Spec.Template.Annotations["checksum/config"]
 	if a == "" || a == b {
 		t.Errorf("rabbitmq: checksum/config %q then %q", a, b)
 	}
@@ -1025,7 +1016,7 @@ func TestInfraIngress(t *testing.T) {
 	}
 
 	for _, gateway := range []bool{false, true} {
-		r := infraMustRender(t, "ingress", infraValues(t, fmt.Sprintf("gatewayAPI: {enabled: %v}\nclassName: platform", gateway)))
+		r := infraMustRender(t, "ingress", valuesOf(t, fmt.Sprintf("gatewayAPI: {enabled: %v}\nclassName: platform", gateway)))
 		if len(r.deployments) != 1 || len(r.clusterRoles) != 1 || len(r.bindings) != 1 || len(r.roles) != 1 || len(r.roleBindings) != 1 || len(r.serviceAccounts) != 1 || len(r.ingressClasses) != 1 || len(r.services) != 1 {
 			t.Fatalf("gateway %v: unexpected objects: %v", gateway, r.docs)
 		}
@@ -1136,7 +1127,7 @@ func TestInfraIngress(t *testing.T) {
 	}
 
 	svc := func(values string) *corev1.Service {
-		r := infraMustRender(t, "ingress", infraValues(t, values))
+		r := infraMustRender(t, "ingress", valuesOf(t, values))
 		return r.services[0]
 	}
 	type port struct{ port, target, node int32 }
@@ -1163,7 +1154,7 @@ func TestInfraIngress(t *testing.T) {
 	if s.Spec.Type != corev1.ServiceTypeClusterIP || ports(s)["web"].node != 0 {
 		t.Errorf("ClusterIP Service with node ports: %s %v", s.Spec.Type, ports(s))
 	}
-	if _, err := infraRender(t, "ingress", infraValues(t, "serviceType: ExternalName")); err == nil || !strings.Contains(err.Error(), "serviceType") {
+	if _, err := infraRender(t, "ingress", valuesOf(t, "serviceType: ExternalName")); err == nil || !strings.Contains(err.Error(), "serviceType") {
 		t.Errorf("an invalid serviceType: error %v", err)
 	}
 }
@@ -1183,7 +1174,7 @@ func TestDBProvisionContainers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.services, func(t *testing.T) {
-			r := infraMustRender(t, "db-provision", infraValues(t, "services: "+tc.services))
+			r := infraMustRender(t, "db-provision", valuesOf(t, "services: "+tc.services))
 			if len(r.jobs) != 1 || len(r.configMaps) != 1 {
 				t.Fatalf("%d Jobs and %d ConfigMaps, want 1 and 1", len(r.jobs), len(r.configMaps))
 			}
@@ -1318,7 +1309,7 @@ func infraCheckCredentialsVolume(t *testing.T, pod corev1.PodSpec, db string, se
 // anything else in the Job's spec gives another.
 func TestDBProvisionJobName(t *testing.T) {
 	name := func(values string) string {
-		r := infraMustRender(t, "db-provision", infraValues(t, values))
+		r := infraMustRender(t, "db-provision", valuesOf(t, values))
 		if len(r.jobs) != 1 {
 			t.Fatalf("%d Jobs", len(r.jobs))
 		}
@@ -1364,7 +1355,7 @@ func TestDBProvisionServicesChecked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ms, err := Template(c, "r", infraNamespace, infraValues(t, values))
+		ms, err := Template(c, "r", infraNamespace, valuesOf(t, values))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1378,7 +1369,7 @@ func TestDBProvisionServicesChecked(t *testing.T) {
 		"services: [{name: a, mongodb: true}, {name: a, mongodb: true}]": "listed twice",
 		"services: [pipelines-api]":                                      "must be a map",
 	} {
-		if _, err := infraRender(t, "db-provision", infraValues(t, values)); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := infraRender(t, "db-provision", valuesOf(t, values)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", values, err, want)
 		}
 	}
@@ -1391,7 +1382,7 @@ func TestDBProvisionPostgresqlScript(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh")
 	}
-	r := infraMustRender(t, "db-provision", infraValues(t, "services: [{name: audit-manager, postgresql: true}, {name: analytics-reporter, postgresql: true}]"))
+	r := infraMustRender(t, "db-provision", valuesOf(t, "services: [{name: audit-manager, postgresql: true}, {name: analytics-reporter, postgresql: true}]"))
 	dir := t.TempDir()
 	for k, v := range r.configMaps[0].Data {
 		infraWrite(t, filepath.Join(dir, "scripts", k), v)
@@ -1536,7 +1527,7 @@ func TestDBProvisionMongoScript(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Skip("no node")
 	}
-	r := infraMustRender(t, "db-provision", infraValues(t, "services: [{name: pipelines-api, mongodb: true}, {name: gitops-api, mongodb: true}]"))
+	r := infraMustRender(t, "db-provision", valuesOf(t, "services: [{name: pipelines-api, mongodb: true}, {name: gitops-api, mongodb: true}]"))
 	dir := t.TempDir()
 	for k, v := range r.configMaps[0].Data {
 		infraWrite(t, filepath.Join(dir, "etc/onprem/db-provision", k), v)

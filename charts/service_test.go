@@ -29,17 +29,6 @@ type serviceObjects struct {
 	raw     string
 }
 
-// serviceValues parses a YAML snippet of values (merged by the chart over
-// its values.yaml, as the render pipeline does).
-func serviceValues(t *testing.T, doc string) map[string]any {
-	t.Helper()
-	var v map[string]any
-	if err := yaml.Unmarshal([]byte(doc), &v); err != nil {
-		t.Fatalf("values: %v", err)
-	}
-	return v
-}
-
 func renderServiceRaw(t *testing.T, values map[string]any) (string, error) {
 	t.Helper()
 	c, err := Load("service")
@@ -170,7 +159,7 @@ func onlyContainer(t *testing.T, d *appsv1.Deployment) corev1.Container {
 }
 
 func TestServiceEnvPipelinesAPI(t *testing.T) {
-	o := renderService(t, serviceValues(t, `
+	o := renderService(t, valuesOf(t, `
 name: pipelines-api
 role: api
 routes: [/api]
@@ -205,7 +194,7 @@ global: {platform: {version: 2.7.1}}
 }
 
 func TestServiceEnvPostgresqlAndCustomEndpoints(t *testing.T) {
-	o := renderService(t, serviceValues(t, `
+	o := renderService(t, valuesOf(t, `
 name: audit-manager
 role: worker
 routes: []
@@ -241,7 +230,7 @@ global:
 }
 
 func TestServiceEnvExternalDatabases(t *testing.T) {
-	o := renderService(t, serviceValues(t, `
+	o := renderService(t, valuesOf(t, `
 name: pipeline-manager
 role: worker
 routes: []
@@ -291,7 +280,7 @@ global:
 }
 
 func TestServiceEnvExtraSortedAfterContract(t *testing.T) {
-	o := renderService(t, serviceValues(t, `
+	o := renderService(t, valuesOf(t, `
 name: argo-hub
 routes: []
 env: {ZED: last, ALPHA: "1", MIDDLE: 8080, FLAG: true}
@@ -320,7 +309,7 @@ func TestServiceRejectsBadValues(t *testing.T) {
 		"external database without secret":  `{uses: {redis: true}, global: {databases: {redis: {external: true, secretName: ""}}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := renderServiceRaw(t, serviceValues(t, doc)); err == nil {
+			if _, err := renderServiceRaw(t, valuesOf(t, doc)); err == nil {
 				t.Errorf("%s: rendered, want an error", doc)
 			}
 		})
@@ -352,7 +341,7 @@ func TestServiceFlowLabels(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			o := renderService(t, serviceValues(t, tc.values))
+			o := renderService(t, valuesOf(t, tc.values))
 			for where, labels := range map[string]map[string]string{
 				"Deployment":   o.deploy.Labels,
 				"pod template": o.deploy.Spec.Template.Labels,
@@ -383,7 +372,7 @@ func TestServiceFlowLabels(t *testing.T) {
 }
 
 func TestServiceLabelsAndSelectors(t *testing.T) {
-	o := renderService(t, serviceValues(t, `{name: gitops-api, role: api, routes: [/gitops/api], replicas: 2, global: {platform: {version: 2.8.0}}}`))
+	o := renderService(t, valuesOf(t, `{name: gitops-api, role: api, routes: [/gitops/api], replicas: 2, global: {platform: {version: 2.8.0}}}`))
 	want := map[string]string{
 		"app.kubernetes.io/name":       "gitops-api",
 		"app.kubernetes.io/instance":   "release-name",
@@ -430,7 +419,7 @@ func TestServiceLabelsAndSelectors(t *testing.T) {
 }
 
 func TestServiceWorkloadShape(t *testing.T) {
-	o := renderService(t, serviceValues(t, `
+	o := renderService(t, valuesOf(t, `
 name: pipelines-api
 images: {service: "registry.internal/onprem/pipelines-api:2.7.0@sha256:abc"}
 replicas: 2
@@ -559,7 +548,7 @@ func TestServicePodDisruptionBudgetAndSpread(t *testing.T) {
 }
 
 func TestServiceIngress(t *testing.T) {
-	o := renderService(t, serviceValues(t, `
+	o := renderService(t, valuesOf(t, `
 name: api-events
 routes: [/api/events, /api/hooks]
 global:
@@ -601,7 +590,7 @@ global:
 }
 
 func TestServiceNoRoutesNoIngress(t *testing.T) {
-	o := renderService(t, serviceValues(t, `
+	o := renderService(t, valuesOf(t, `
 name: context-manager
 role: worker
 routes: []
@@ -616,7 +605,7 @@ global: {gatewayAPI: {enabled: true, gatewayName: gw}}
 }
 
 func TestServiceIngressDisabled(t *testing.T) {
-	o := renderService(t, serviceValues(t, `{name: gitops-ui, role: ui, routes: [/gitops], global: {ingress: {enabled: false}}}`))
+	o := renderService(t, valuesOf(t, `{name: gitops-ui, role: ui, routes: [/gitops], global: {ingress: {enabled: false}}}`))
 	if o.ingress != nil {
 		t.Error("Ingress rendered with global.ingress.enabled false")
 	}
@@ -635,7 +624,7 @@ func TestServiceHTTPRoute(t *testing.T) {
 		"defaults to release namespace": {`{enabled: true, gatewayName: platform}`, "platform", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			o := renderService(t, serviceValues(t, `
+			o := renderService(t, valuesOf(t, `
 name: gitops-api
 routes: [/gitops/api, /gitops/webhooks]
 global: {platform: {domain: ci.corp.test}, gatewayAPI: `+tc.gateway+`}
@@ -709,7 +698,7 @@ func serviceCases(t *testing.T) []serviceCase {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cases = append(cases, serviceCase{name: path.Base(f), values: serviceValues(t, string(data))})
+		cases = append(cases, serviceCase{name: path.Base(f), values: valuesOf(t, string(data))})
 	}
 	return cases
 }
