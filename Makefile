@@ -9,6 +9,7 @@ ONPREM_CACHE ?= /var/cache/onprem
 VERSION      ?= 0.1.0
 LDFLAGS      := -s -w -X onprem.dev/onprem/installer/version.Version=$(VERSION)
 FUZZTIME     ?= 10s
+BENCHTIME    ?= 5x
 
 export ONPREM_CACHE
 
@@ -40,7 +41,7 @@ fuzz:
 # done by the helm and kustomize command-line tools (built from the module
 # proxy into $(ONPREM_CACHE)/bin by the benchmark itself) for comparison.
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./installer/render/...
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 ./installer/render/...
 
 clean:
 	rm -rf bin
