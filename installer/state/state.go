@@ -1,0 +1,419 @@
+// Package state keeps an installation's record in its cluster and guards it
+// with a lock (DESIGN.md, flow step 6: "the cluster is the source of truth;
+// a second operator's machine sees the same state").
+//
+// # The record
+//
+// The State lives in the Secret onprem-state (SecretName) of the platform
+// namespace, of type onprem.dev/state (SecretType), labelled
+// app.kubernetes.io/managed-by=onprem, as indented JSON under the data key
+// state.json (DataKey). It records the installed platform version, the
+// digest of the configuration that produced it, each component's Helm
+// release and revision, and the history of operations (install, upgrade,
+// rollback, uninstall: when, by which onprem on which host, outcome),
+// newest last, the last MaxHistory of them.
+//
+// A Secret is used because it is where the platform's operators already
+// restrict access, not because the record is secret: it never contains a
+// secret value. Generated passwords and keys live in their own Secrets;
+// the record holds names, versions, digests and messages only, and
+// TestNoSecretFields fails if a field named like a password, token, key or
+// credential is added to it. Messages are written by onprem itself and must
+// not quote secret values either.
+//
+// Store.Save is optimistic: the Secret's resourceVersion seen by Load (or
+// the last Save) guards the update, so a writer that did not see the latest
+// record gets a *ConflictError (errors.Is(err, ErrConflict)) and overwrites
+// nothing. A record that cannot be decoded is reported as a *CorruptError
+// that says how to look at it with kubectl; it is never overwritten
+// silently.
+//
+// # The lock
+//
+// Acquire takes the Lease onprem-lock (LeaseName) in the platform namespace
+// for the duration of an operation; see Acquire.
+package state
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/installer/version"
+)
+
+const (
+	// SecretName is the Secret holding the State in the platform namespace.
+	SecretName = "onprem-state"
+	// LeaseName is the Lease used as the installation's lock.
+	LeaseName = "onprem-lock"
+	// SecretType is the type of the state Secret.
+	SecretType corev1.SecretType = "onprem.dev/state"
+	// DataKey is the key of the JSON record in the Secret's data.
+	DataKey = "state.json"
+	// MaxHistory is how many operations the history keeps (the newest).
+	MaxHistory = 200
+
+	// ManagedByLabel and ManagedBy mark the objects onprem itself owns.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "onprem"
+
+	// maxRecordBytes keeps the record well under the 1 MiB limit of a
+	// Secret; older history is dropped first.
+	maxRecordBytes = 900 << 10
+)
+
+// Operation kinds.
+const (
+	KindInstall   = "install"
+	KindUpgrade   = "upgrade"
+	KindRollback  = "rollback"
+	KindUninstall = "uninstall"
+)
+
+// Operation outcomes.
+const (
+	OutcomeRunning   = "running"
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+)
+
+// State is the record of one installation.
+type State struct {
+	Installation string `json:"installation"`
+	Namespace    string `json:"namespace"`
+	// Version is the installed platform version: that of the last
+	// install, upgrade or rollback that succeeded ("" before the first
+	// success and after a successful uninstall).
+	Version      string               `json:"version"`
+	ConfigDigest string               `json:"configDigest"`
+	Components   map[string]Component `json:"components"`
+	// History holds the operations, newest last, at most MaxHistory.
+	History []Operation `json:"history"`
+
+	// secret is the Secret this State was loaded from or saved to; its
+	// resourceVersion guards the next Save. nil: not stored yet.
+	secret *corev1.Secret
+}
+
+// Component is the record of one installed component.
+type Component struct {
+	Chart        string    `json:"chart"`
+	ChartVersion string    `json:"chartVersion"`
+	Release      string    `json:"release"`  // Helm release name
+	Revision     int       `json:"revision"` // Helm release revision
+	Digest       string    `json:"digest"`   // digest of the rendered component
+	Status       string    `json:"status"`
+	UpdatedAt    time.Time `json:"updatedAt,omitzero"`
+	// DependsOn names the components this one was installed after (the
+	// DAG edges), so that uninstall and status can order components from
+	// the record alone, even when the configuration changed since.
+	DependsOn []string `json:"dependsOn,omitempty"`
+}
+
+// Operation is one entry of the history.
+type Operation struct {
+	ID            string    `json:"id"`
+	Kind          string    `json:"kind"` // install, upgrade, rollback, uninstall
+	Version       string    `json:"version"`
+	FromVersion   string    `json:"fromVersion,omitempty"`
+	Started       time.Time `json:"started"`
+	Finished      time.Time `json:"finished,omitzero"`
+	Installer     string    `json:"installer"` // onprem version
+	Host          string    `json:"host"`
+	Outcome       string    `json:"outcome"` // running, succeeded, failed
+	Message       string    `json:"message,omitempty"`
+	Components    []string  `json:"components,omitempty"`
+	SkippedChecks []string  `json:"skippedChecks,omitempty"`
+}
+
+// Running returns the operation that is still running (the last one whose
+// outcome is running), or nil.
+func (s *State) Running() *Operation {
+	for i := len(s.History) - 1; i >= 0; i-- {
+		if s.History[i].Outcome == OutcomeRunning {
+			return &s.History[i]
+		}
+	}
+	return nil
+}
+
+// Stored reports whether the State was loaded from or saved to the cluster.
+func (s *State) Stored() bool { return s.secret != nil }
+
+// ErrConflict is matched (errors.Is) by a *ConflictError.
+var ErrConflict = errors.New("the onprem state was changed by someone else")
+
+// ConflictError says that the state Secret changed between Load and Save.
+type ConflictError struct {
+	Namespace string
+	Err       error
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("the onprem state (Secret %s/%s) was changed by someone else since it was read "+
+		"(is another onprem running against this cluster?); nothing was overwritten: run the command again to start from the current state",
+		e.Namespace, SecretName)
+}
+
+func (e *ConflictError) Unwrap() error        { return e.Err }
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// CorruptError says that the state Secret exists but cannot be read.
+type CorruptError struct {
+	Namespace string
+	Reason    string
+	Err       error
+}
+
+func (e *CorruptError) Error() string {
+	msg := fmt.Sprintf("the onprem state (Secret %s/%s) cannot be read: %s", e.Namespace, SecretName, e.Reason)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg + fmt.Sprintf("; inspect it with: kubectl -n %s get secret %s -o jsonpath='{.data.state\\.json}' | base64 -d",
+		e.Namespace, SecretName)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Store reads and writes the State of the installation in one namespace.
+type Store struct {
+	client    kubernetes.Interface
+	namespace string
+	now       func() time.Time
+}
+
+// NewStore returns the Store of the platform namespace.
+func NewStore(c kubernetes.Interface, namespace string) *Store {
+	return &Store{client: c, namespace: namespace, now: func() time.Time { return time.Now().UTC() }}
+}
+
+// Load reads the State. When the Secret (or the namespace) does not exist
+// it returns an empty State, not an error.
+func (s *Store) Load(ctx context.Context) (*State, error) {
+	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, SecretName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return &State{Namespace: s.namespace, Components: map[string]Component{}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the onprem state (Secret %s/%s): %w", s.namespace, SecretName, err)
+	}
+	st, err := decode(sec)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func decode(sec *corev1.Secret) (*State, error) {
+	corrupt := func(reason string, err error) error {
+		return &CorruptError{Namespace: sec.Namespace, Reason: reason, Err: err}
+	}
+	if sec.Type != SecretType {
+		return nil, corrupt(fmt.Sprintf("it is of type %q, not %q (is it onprem's?)", sec.Type, SecretType), nil)
+	}
+	data, ok := sec.Data[DataKey]
+	if !ok {
+		return nil, corrupt(fmt.Sprintf("it has no %s key", DataKey), nil)
+	}
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
+		return nil, corrupt(fmt.Sprintf("%s is not a JSON object", DataKey), nil)
+	}
+	var st State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, corrupt(fmt.Sprintf("%s is not valid", DataKey), err)
+	}
+	if st.Namespace == "" {
+		st.Namespace = sec.Namespace
+	}
+	if st.Components == nil {
+		st.Components = map[string]Component{}
+	}
+	st.secret = sec
+	return &st, nil
+}
+
+// Save writes st: it creates the Secret when st was not stored yet, and
+// otherwise updates it guarded by the resourceVersion seen by the last Load
+// or Save of st. If someone else changed (or created, or deleted) the Secret
+// meanwhile, Save returns a *ConflictError and writes nothing. History
+// beyond MaxHistory is dropped, oldest first.
+func (s *Store) Save(ctx context.Context, st *State) error {
+	if st.Namespace == "" {
+		st.Namespace = s.namespace
+	}
+	trimHistory(st, MaxHistory)
+	data, err := encode(st)
+	if err != nil {
+		return err
+	}
+	secrets := s.client.CoreV1().Secrets(s.namespace)
+	var saved *corev1.Secret
+	if st.secret == nil {
+		saved, err = secrets.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      SecretName,
+				Namespace: s.namespace,
+				Labels:    map[string]string{ManagedByLabel: ManagedBy},
+			},
+			Type: SecretType,
+			Data: map[string][]byte{DataKey: data},
+		}, metav1.CreateOptions{FieldManager: ManagedBy})
+		if apierrors.IsAlreadyExists(err) {
+			return &ConflictError{Namespace: s.namespace, Err: err}
+		}
+	} else {
+		sec := st.secret.DeepCopy()
+		if sec.Labels == nil {
+			sec.Labels = map[string]string{}
+		}
+		sec.Labels[ManagedByLabel] = ManagedBy
+		sec.Data = map[string][]byte{DataKey: data}
+		saved, err = secrets.Update(ctx, sec, metav1.UpdateOptions{FieldManager: ManagedBy})
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return &ConflictError{Namespace: s.namespace, Err: err}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("saving the onprem state (Secret %s/%s): %w", s.namespace, SecretName, err)
+	}
+	st.secret = saved
+	return nil
+}
+
+// encode returns the record as indented JSON, dropping the oldest history
+// while it is too large for a Secret.
+func encode(st *State) ([]byte, error) {
+	for {
+		data, err := json.MarshalIndent(st, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("encoding the onprem state: %w", err)
+		}
+		if len(data) <= maxRecordBytes || len(st.History) <= 1 {
+			return data, nil
+		}
+		trimHistory(st, len(st.History)-max(1, len(st.History)/10))
+	}
+}
+
+func trimHistory(st *State, keep int) {
+	if n := len(st.History); n > keep {
+		st.History = append([]Operation(nil), st.History[n-keep:]...)
+	}
+}
+
+// Begin records the start of op and saves: op gets an ID, its start time,
+// the installer's version and host when they are empty, FromVersion
+// defaults to the installed version, and its outcome is running. An
+// operation still marked running in the history (its onprem was killed; the
+// caller holds the lock, so none can still run) is closed as failed with a
+// message saying it was interrupted. If the save fails st is left as it was.
+func (s *Store) Begin(ctx context.Context, st *State, op Operation) error {
+	switch op.Kind {
+	case KindInstall, KindUpgrade, KindRollback, KindUninstall:
+	default:
+		return fmt.Errorf("state: unknown operation kind %q (want install, upgrade, rollback or uninstall)", op.Kind)
+	}
+	now := s.now()
+	if op.ID == "" {
+		op.ID = newID(now)
+	}
+	if op.Started.IsZero() {
+		op.Started = now
+	}
+	if op.Installer == "" {
+		op.Installer = version.Version
+	}
+	if op.Host == "" {
+		op.Host, _ = os.Hostname()
+	}
+	if op.FromVersion == "" {
+		op.FromVersion = st.Version
+	}
+	op.Outcome = OutcomeRunning
+	op.Finished = time.Time{}
+
+	old := st.History
+	hist := append([]Operation(nil), st.History...)
+	for i := range hist {
+		if hist[i].Outcome == OutcomeRunning {
+			hist[i].Outcome = OutcomeFailed
+			hist[i].Finished = now
+			hist[i].Message = fmt.Sprintf("interrupted: the onprem running it stopped before it finished (found by operation %s)", op.ID)
+		}
+	}
+	st.History = append(hist, op)
+	if err := s.Save(ctx, st); err != nil {
+		st.History = old
+		return err
+	}
+	return nil
+}
+
+// Finish closes the running operation with outcome (succeeded or failed)
+// and message, and saves. When an install, upgrade or rollback succeeded,
+// st.Version becomes the operation's version; when an uninstall succeeded
+// it becomes "". The caller sets ConfigDigest and Components. Pass a
+// context that is not canceled (context.WithoutCancel) when recording the
+// failure of an interrupted operation. If the save fails st is left as it
+// was.
+func (s *Store) Finish(ctx context.Context, st *State, outcome, message string) error {
+	if outcome != OutcomeSucceeded && outcome != OutcomeFailed {
+		return fmt.Errorf("state: an operation finishes as %s or %s, not %q", OutcomeSucceeded, OutcomeFailed, outcome)
+	}
+	i := len(st.History) - 1
+	for ; i >= 0 && st.History[i].Outcome != OutcomeRunning; i-- {
+	}
+	if i < 0 {
+		return errors.New("state: there is no running operation to finish (Begin was not called, or the operation was already finished)")
+	}
+	oldHist, oldVersion := st.History, st.Version
+	hist := append([]Operation(nil), st.History...)
+	op := &hist[i]
+	op.Outcome, op.Message, op.Finished = outcome, message, s.now()
+	if outcome == OutcomeSucceeded {
+		switch op.Kind {
+		case KindInstall, KindUpgrade, KindRollback:
+			if op.Version != "" {
+				st.Version = op.Version
+			}
+		case KindUninstall:
+			st.Version = ""
+		}
+	}
+	st.History = hist
+	if err := s.Save(ctx, st); err != nil {
+		st.History, st.Version = oldHist, oldVersion
+		return err
+	}
+	return nil
+}
+
+// Delete removes the state Secret (uninstall --purge). A missing Secret is
+// not an error.
+func (s *Store) Delete(ctx context.Context) error {
+	err := s.client.CoreV1().Secrets(s.namespace).Delete(ctx, SecretName, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the onprem state (Secret %s/%s): %w", s.namespace, SecretName, err)
+	}
+	return nil
+}
+
+// newID returns a sortable, unique operation ID: 20260122T051822Z-1a2b3c.
+func newID(now time.Time) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b)
+}
