@@ -1,0 +1,188 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"onprem.dev/onprem/installer/render"
+)
+
+// fakeReleaser records the order and overlap of applies.
+type fakeReleaser struct {
+	mu       sync.Mutex
+	releases map[string]*ReleaseInfo
+	order    []string
+	running  int
+	peak     int
+	fail     map[string]bool
+	delay    time.Duration
+}
+
+func (f *fakeReleaser) Last(_ context.Context, name string) (*ReleaseInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.releases[name]; ok {
+		cp := *r
+		return &cp, nil
+	}
+	return nil, nil
+}
+
+func (f *fakeReleaser) Apply(_ context.Context, req Request) (int, error) {
+	f.mu.Lock()
+	f.running++
+	if f.running > f.peak {
+		f.peak = f.running
+	}
+	f.order = append(f.order, req.Component.Name)
+	f.mu.Unlock()
+	time.Sleep(f.delay)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.running--
+	if f.fail[req.Component.Name] {
+		return 0, errors.New("timed out waiting for the condition")
+	}
+	r := f.releases[req.Component.Name]
+	if r == nil {
+		r = &ReleaseInfo{}
+		f.releases[req.Component.Name] = r
+	}
+	r.Revision++
+	r.Deployed, r.Digest = true, req.Digest
+	return r.Revision, nil
+}
+
+func comp(name string, deps ...string) *render.Component {
+	o := &unstructured.Unstructured{}
+	o.SetAPIVersion("v1")
+	o.SetKind("ConfigMap")
+	o.SetName(name)
+	return &render.Component{Name: name, Chart: "c", ChartVersion: "1.0.0", DependsOn: deps, Objects: []*unstructured.Unstructured{o}}
+}
+
+// platform -> a, b, c (independent) -> d (needs a and b)
+func testResult() *render.Result {
+	return &render.Result{Namespace: "onprem", Components: []*render.Component{
+		comp("platform"), comp("a", "platform"), comp("b", "platform"), comp("c", "platform"), comp("d", "a", "b"),
+	}}
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (r *recorder) Report(e Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+}
+
+func TestApplyOrdersByDependenciesAndBoundsConcurrency(t *testing.T) {
+	f := &fakeReleaser{releases: map[string]*ReleaseInfo{}, delay: 30 * time.Millisecond}
+	rec := &recorder{}
+	rep, err := Apply(context.Background(), Options{Result: testResult(), Releases: f, Concurrency: 2, Reporter: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[string]int{}
+	for i, n := range f.order {
+		pos[n] = i
+	}
+	if pos["platform"] != 0 || pos["d"] < pos["a"] || pos["d"] < pos["b"] {
+		t.Errorf("order = %v", f.order)
+	}
+	if f.peak != 2 {
+		t.Errorf("peak concurrency = %d, want 2 (three independent components, bound 2)", f.peak)
+	}
+	for _, c := range rep.Components {
+		if c.Action != Installed || c.Revision != 1 {
+			t.Errorf("%s: %s rev %d", c.Name, c.Action, c.Revision)
+		}
+	}
+	if len(rec.events) == 0 {
+		t.Error("no progress reported")
+	}
+}
+
+func TestConvergedRerunChangesNothingAndAChangeTouchesOnlyItsComponent(t *testing.T) {
+	f := &fakeReleaser{releases: map[string]*ReleaseInfo{}}
+	if _, err := Apply(context.Background(), Options{Result: testResult(), Releases: f}); err != nil {
+		t.Fatal(err)
+	}
+	f.order = nil
+	rep, err := Apply(context.Background(), Options{Result: testResult(), Releases: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.order) != 0 {
+		t.Errorf("re-run applied %v", f.order)
+	}
+	for _, c := range rep.Components {
+		if c.Action != Unchanged || c.Revision != 1 {
+			t.Errorf("%s: %s rev %d", c.Name, c.Action, c.Revision)
+		}
+	}
+	changed := testResult()
+	changed.Components[2].Objects[0].SetLabels(map[string]string{"x": "y"}) // b
+	rep, err = Apply(context.Background(), Options{Result: changed, Releases: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(f.order, ",") != "b" {
+		t.Errorf("applied %v, want only b", f.order)
+	}
+	if r, _ := rep.Component("b"); r.Action != Upgraded || r.Revision != 2 {
+		t.Errorf("b = %+v", r)
+	}
+}
+
+func TestFailureSkipsDependentsAndStopsNewWork(t *testing.T) {
+	f := &fakeReleaser{releases: map[string]*ReleaseInfo{}, fail: map[string]bool{"a": true}}
+	rep, err := Apply(context.Background(), Options{Result: testResult(), Releases: f, Concurrency: 1})
+	var fe *FailedError
+	if !errors.As(err, &fe) || len(fe.Components) != 1 || fe.Components[0] != "a" {
+		t.Fatalf("err = %v", err)
+	}
+	a, _ := rep.Component("a")
+	d, _ := rep.Component("d")
+	if a.Action != Failed || !strings.Contains(a.Error, "timed out") {
+		t.Errorf("a = %+v", a)
+	}
+	if d.Action != Skipped || !strings.Contains(d.Error, "dependency a") {
+		t.Errorf("d = %+v", d)
+	}
+	// platform was applied before the failure and stays: nothing is
+	// removed to recover.
+	if p, _ := rep.Component("platform"); p.Action != Installed {
+		t.Errorf("platform = %+v", p)
+	}
+}
+
+func TestManifestLeavesTheNamespaceOut(t *testing.T) {
+	c := comp("platform")
+	ns := &unstructured.Unstructured{}
+	ns.SetAPIVersion("v1")
+	ns.SetKind("Namespace")
+	ns.SetName("onprem")
+	c.Objects = append(c.Objects, ns)
+	m, err := Manifest(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(m, "kind: Namespace") || !strings.Contains(m, "kind: ConfigMap") {
+		t.Errorf("manifest:\n%s", m)
+	}
+	other := comp("platform")
+	other.ChartVersion = "1.0.1"
+	if Digest(c, m) == Digest(other, m) {
+		t.Error("digest ignores the chart version")
+	}
+}

@@ -1,0 +1,277 @@
+package apply
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"helm.sh/helm/v4/pkg/action"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/kube"
+	rcommon "helm.sh/helm/v4/pkg/release/common"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage/driver"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"onprem.dev/onprem/charts"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/version"
+)
+
+// ReleaseInfo is what Apply needs to know of a component's last release.
+type ReleaseInfo struct {
+	Revision int
+	Status   string
+	Deployed bool
+	// Pending: an install, upgrade or rollback was interrupted (the
+	// process died): Helm refuses to touch the release until it is
+	// settled.
+	Pending bool
+	Digest  string
+}
+
+// Request asks a Releaser to install or upgrade one component.
+type Request struct {
+	Component *render.Component
+	Manifest  string
+	Digest    string
+	Timeout   time.Duration
+	DryRun    bool
+	Exists    bool
+	Pending   bool
+}
+
+// Releaser handles the Helm releases of components.
+type Releaser interface {
+	// Last returns the last release of a component, or nil if it has none.
+	Last(ctx context.Context, name string) (*ReleaseInfo, error)
+	// Apply installs or upgrades the component and waits until its objects
+	// are ready; it returns the new revision.
+	Apply(ctx context.Context, req Request) (int, error)
+}
+
+// HelmReleases is the Releaser of the Helm v4 SDK, storing releases as
+// Secrets in the platform namespace (Helm's default), so that `helm list`
+// and `helm history` show every component.
+type HelmReleases struct {
+	getter    genericclioptions.RESTClientGetter
+	namespace string
+	charts    fs.FS
+}
+
+// NewHelmReleases handles the releases of namespace; charts holds the
+// charts (nil: the embedded ones).
+func NewHelmReleases(getter genericclioptions.RESTClientGetter, namespace string, charts fs.FS) *HelmReleases {
+	return &HelmReleases{getter: getter, namespace: namespace, charts: charts}
+}
+
+// Uninstall removes a component's release and waits until its objects are
+// gone. Objects outside the release (volumes of StatefulSets, generated
+// secrets, the namespace) stay. A release that does not exist is not an
+// error.
+func (h *HelmReleases) Uninstall(ctx context.Context, name string, timeout time.Duration) error {
+	cfg, err := h.config()
+	if err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.WaitStrategy = kube.StatusWatcherStrategy
+	un.Timeout = timeout
+	un.IgnoreNotFound = true
+	un.Description = "uninstalled by onprem " + version.Version
+	if _, err := un.Run(name); err != nil {
+		return fmt.Errorf("uninstalling %s: %w", name, err)
+	}
+	return nil
+}
+
+// Manifest returns the objects of a component's last release ("" if it
+// has none).
+func (h *HelmReleases) Manifest(_ context.Context, name string) (string, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return "", err
+	}
+	ri, err := cfg.Releases.Last(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	rel, ok := ri.(*releasev1.Release)
+	if !ok {
+		return "", fmt.Errorf("release %s: unexpected release type %T", name, ri)
+	}
+	return rel.Manifest, nil
+}
+
+// List returns the names of the releases in the namespace.
+func (h *HelmReleases) List(context.Context) ([]string, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return nil, err
+	}
+	ls := action.NewList(cfg)
+	ls.All = true
+	rels, err := ls.Run()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, ri := range rels {
+		if rel, ok := ri.(*releasev1.Release); ok {
+			names = append(names, rel.Name)
+		}
+	}
+	return names, nil
+}
+
+func (h *HelmReleases) config() (*action.Configuration, error) {
+	cfg := action.NewConfiguration()
+	if err := cfg.Init(h.getter, h.namespace, "secret"); err != nil {
+		return nil, fmt.Errorf("helm: %w", err)
+	}
+	return cfg, nil
+}
+
+func (h *HelmReleases) Last(_ context.Context, name string) (*ReleaseInfo, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return nil, err
+	}
+	ri, err := cfg.Releases.Last(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rel, ok := ri.(*releasev1.Release)
+	if !ok || rel.Info == nil {
+		return nil, fmt.Errorf("release %s: unexpected release type %T", name, ri)
+	}
+	return &ReleaseInfo{
+		Revision: rel.Version,
+		Status:   rel.Info.Status.String(),
+		Deployed: rel.Info.Status == rcommon.StatusDeployed,
+		Pending:  rel.Info.Status.IsPending(),
+		Digest:   rel.Labels[DigestLabel],
+	}, nil
+}
+
+func (h *HelmReleases) Apply(ctx context.Context, req Request) (int, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return 0, err
+	}
+	c := req.Component
+	ch, err := h.chart(c)
+	if err != nil {
+		return 0, err
+	}
+	if req.Pending && !req.DryRun {
+		if err := settlePending(cfg, c.Name); err != nil {
+			return 0, err
+		}
+	}
+	pr := fixedManifest(req.Manifest)
+	labels := map[string]string{DigestLabel: req.Digest}
+	var ri any
+	if !req.Exists {
+		in := action.NewInstall(cfg)
+		in.ReleaseName = c.Name
+		in.Namespace = h.namespace
+		in.ServerSideApply = true
+		in.ForceConflicts = true
+		// Objects left by an interrupted install (created before the
+		// process died, never recorded) are adopted, not refused.
+		in.TakeOwnership = true
+		in.WaitStrategy = kube.StatusWatcherStrategy
+		in.WaitForJobs = true
+		in.Timeout = req.Timeout
+		in.Labels = labels
+		in.PostRenderer = pr
+		in.Description = "installed by onprem " + version.Version
+		if req.DryRun {
+			in.DryRunStrategy = action.DryRunServer
+			in.WaitStrategy = kube.HookOnlyStrategy
+		}
+		ri, err = in.RunWithContext(ctx, ch, c.Values)
+	} else {
+		up := action.NewUpgrade(cfg)
+		up.Namespace = h.namespace
+		up.ServerSideApply = "true"
+		up.ForceConflicts = true
+		up.TakeOwnership = true
+		up.WaitStrategy = kube.StatusWatcherStrategy
+		up.WaitForJobs = true
+		up.Timeout = req.Timeout
+		up.Labels = labels
+		up.PostRenderer = pr
+		up.MaxHistory = 10
+		up.Description = "upgraded by onprem " + version.Version
+		if req.DryRun {
+			up.DryRunStrategy = action.DryRunServer
+			up.WaitStrategy = kube.HookOnlyStrategy
+		}
+		ri, err = up.RunWithContext(ctx, c.Name, ch, c.Values)
+	}
+	if err != nil {
+		return 0, err
+	}
+	rel, ok := ri.(*releasev1.Release)
+	if !ok {
+		return 0, fmt.Errorf("release %s: unexpected release type %T", c.Name, ri)
+	}
+	return rel.Version, nil
+}
+
+// chart returns the chart of a component: its embedded (or bundled) chart,
+// or for the platform component, which kustomize renders alone, a chart
+// with no templates that only carries the release's name and version.
+func (h *HelmReleases) chart(c *render.Component) (*chartv2.Chart, error) {
+	if c.Chart == "" {
+		return &chartv2.Chart{Metadata: &chartv2.Metadata{
+			APIVersion:  chartv2.APIVersionV2,
+			Name:        "onprem-" + c.Name,
+			Version:     "1.0.0",
+			Description: "the platform's namespace-level objects, rendered by onprem from its kustomize bases",
+		}}, nil
+	}
+	fsys := h.charts
+	if fsys == nil {
+		fsys = charts.FS
+	}
+	return charts.LoadFrom(fsys, c.Chart)
+}
+
+// settlePending marks a release left pending by a process that died as
+// failed, so that it can be upgraded. Apply only runs under the
+// installation's lock, so nobody else is working on it.
+func settlePending(cfg *action.Configuration, name string) error {
+	ri, err := cfg.Releases.Last(name)
+	if err != nil {
+		return err
+	}
+	rel, ok := ri.(*releasev1.Release)
+	if !ok || rel.Info == nil || !rel.Info.Status.IsPending() {
+		return nil
+	}
+	rel.SetStatus(rcommon.StatusFailed, "interrupted ("+rel.Info.Status.String()+"); settled by onprem "+version.Version)
+	if err := cfg.Releases.Update(rel); err != nil {
+		return fmt.Errorf("settling interrupted release %s: %w", name, err)
+	}
+	return nil
+}
+
+// fixedManifest is a Helm post-renderer that replaces what Helm rendered
+// with the objects onprem rendered (charts + kustomize overlays).
+type fixedManifest string
+
+func (f fixedManifest) Run(*bytes.Buffer) (*bytes.Buffer, error) {
+	return bytes.NewBufferString(string(f)), nil
+}
