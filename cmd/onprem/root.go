@@ -12,6 +12,7 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/version"
 )
@@ -46,9 +47,13 @@ func exitCode(err error) int {
 	var uv *release.UnknownVersionError
 	var ie inputError
 	var ae *action.InputError
+	var ue *kube.UnreachableError
+	var au *kube.AuthError
 	switch {
 	case errors.As(err, &ce), errors.As(err, &uv), errors.As(err, &ie), errors.As(err, &ae):
 		return exitInput
+	case errors.As(err, &ue), errors.As(err, &au):
+		return exitCluster
 	}
 	return exitFailure
 }
@@ -90,8 +95,12 @@ makes the cluster match. Start with:
   onprem config validate        # check it
   onprem render                 # see every object it would create
 
+  onprem install                # make the cluster match it
+  onprem status                 # what is installed, and how it is doing
+
 Exit codes: 0 success, 1 the operation failed, 2 bad configuration or
-arguments (nothing was changed).`,
+arguments (nothing was changed), 3 the cluster is unreachable or refused
+access.`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -108,7 +117,7 @@ arguments (nothing was changed).`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
-	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd())
+	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd())
 	return root
 }
 

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"onprem.dev/onprem/e2e/testcluster"
+)
+
+func TestInstallStatusAgainstACluster(t *testing.T) {
+	c := testcluster.Start(t)
+	dir := t.TempDir()
+	cfg := "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n  modules:\n    pipelines: {enabled: false}\n"
+	if err := os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := cli(t, dir, "install", "--kubeconfig", c.Kubeconfig, "-o", "json", "--timeout", "2m")
+	if code != 0 {
+		t.Fatalf("install: %d\n%s", code, stderr)
+	}
+	var res struct {
+		Version    string
+		Components []struct{ Name, Action string }
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Version != "2.8.0" || len(res.Components) == 0 {
+		t.Fatalf("stdout is not the JSON result (%v): %s", err, stdout)
+	}
+	// Progress went to stderr, one line per change (not a terminal).
+	if !strings.Contains(stderr, "gitops-api") || !strings.Contains(stderr, "ready, revision 1") {
+		t.Errorf("progress on stderr:\n%s", stderr)
+	}
+	code, stdout, _ = cli(t, dir, "status", "--kubeconfig", c.Kubeconfig)
+	if code != 0 || !strings.Contains(stdout, "platform 2.8.0 in namespace onprem") || !strings.Contains(stdout, "deployed") {
+		t.Errorf("status: %d\n%s", code, stdout)
+	}
+	code, stdout, _ = cli(t, dir, "diff", "--kubeconfig", c.Kubeconfig)
+	if code != 0 || !strings.Contains(stdout, "no differences") {
+		t.Errorf("diff: %d\n%s", code, stdout)
+	}
+	code, _, stderr = cli(t, dir, "uninstall", "--kubeconfig", c.Kubeconfig, "--purge")
+	if code != exitInput || !strings.Contains(stderr, "--yes") {
+		t.Errorf("purge without --yes off a terminal: %d %s", code, stderr)
+	}
+}
+
+func TestUnreachableClusterExitsThree(t *testing.T) {
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubeconfig")
+	os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: staging, context: {cluster: c, user: u}}]\ncurrent-context: staging\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte("apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n"), 0o644)
+	for _, args := range [][]string{{"install"}, {"status"}, {"diff"}, {"uninstall"}} {
+		code, stdout, stderr := cli(t, dir, append(args, "--kubeconfig", kc)...)
+		if code != exitCluster || stdout != "" || !strings.Contains(stderr, "staging") || !strings.Contains(stderr, kc) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %s", args, code, stdout, stderr)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/output"
+)
+
+func newDiffCmd() *cobra.Command {
+	a := &action.Diff{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "diff",
+		Short: "Show what 'onprem install' would change in the cluster",
+		Long: `Compare the cluster with onprem.yaml: for every component, a unified diff
+of each live object against what applying the desired one would make of it
+(a server-side dry run, so server defaults do not show as changes), new
+objects, and objects the new release would remove. Secret values never
+appear. Nothing is changed.
+
+Exit code 0 whether or not there are differences; -o json for scripts.`,
+		Example: `  onprem diff -c onprem.yaml
+  onprem diff -c onprem.yaml --set pipelines-api.replicas=3`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			res, err := a.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if format != output.Table {
+				return output.Encode(cmd.OutOrStdout(), format, res)
+			}
+			w := cmd.OutOrStdout()
+			if len(res.Components) == 0 {
+				fmt.Fprintf(w, "no differences: the cluster matches platform %s\n", res.Version)
+				return nil
+			}
+			for _, c := range res.Components {
+				fmt.Fprintf(w, "# component %s\n", c.Name)
+				for _, o := range c.Objects {
+					fmt.Fprintf(w, "## %s %s/%s\n%s", o.Change, o.Kind, o.Name, o.Diff)
+				}
+			}
+			return nil
+		},
+	}
+	addSourceFlags(cmd, &a.Source)
+	addClusterFlags(cmd, &a.Cluster)
+	cmd.Flags().StringArrayVar(&a.Set, "set", nil, "override a value: COMPONENT.key=value (repeatable)")
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table (unified diffs), json or yaml")
+	return cmd
+}

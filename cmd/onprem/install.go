@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/output"
+)
+
+func newInstallCmd() *cobra.Command {
+	a := &action.Install{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "install",
+		Short: "Install the platform, or make an installation match onprem.yaml",
+		Long: `Make the cluster match onprem.yaml: render every component, generate the
+secrets that do not exist yet (database passwords, per-service credentials,
+keys, the self-signed certificate: created once, never changed), then apply
+the components in dependency order (ingress, infrastructure, database
+provisioning, services), independent ones in parallel, each a Helm release
+waited for until ready.
+
+Running it again with the same configuration changes nothing; a changed
+value upgrades only the components it affects. Only one onprem works on an
+installation at a time: a second one waits (--lock-wait), then fails naming
+the holder. The result is recorded in the cluster (Secret onprem-state), so
+'onprem status' shows it from any machine.
+
+If a component does not become ready within --timeout, the install stops
+there, says which objects are not ready and why, records the failure and
+leaves everything applied in place: fix the cause and run it again.
+
+Progress goes to stderr (a live table on a terminal); the result to stdout.
+Exit codes: 0 done, 1 failed, 2 bad configuration or flags, 3 cluster
+unreachable or access refused.`,
+		Example: `  onprem install -c onprem.yaml
+  onprem install -c onprem.yaml --dry-run
+  onprem install -c onprem.yaml --context prod -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			rep, stop := progress(cmd.ErrOrStderr())
+			a.Reporter = rep
+			res, err := a.Run(cmd.Context())
+			stop()
+			if res != nil {
+				if format != output.Table {
+					if eerr := output.Encode(cmd.OutOrStdout(), format, res); eerr != nil {
+						return eerr
+					}
+				} else {
+					printInstall(cmd, res)
+				}
+			}
+			return err
+		},
+	}
+	addSourceFlags(cmd, &a.Source)
+	addClusterFlags(cmd, &a.Cluster)
+	cmd.Flags().StringArrayVar(&a.Set, "set", nil, "override a value: COMPONENT.key=value (repeatable)")
+	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "render and validate every object on the API server; change nothing")
+	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready")
+	cmd.Flags().DurationVar(&a.LockWait, "lock-wait", 2*time.Minute, "how long to wait for another onprem working on this installation")
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	return cmd
+}
+
+func printInstall(cmd *cobra.Command, res *action.InstallResult) {
+	w := cmd.OutOrStdout()
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, "COMPONENT\tRESULT\tREVISION\tTIME")
+	for _, c := range res.Components {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", c.Name, c.Action, c.Revision, round(c.Elapsed))
+	}
+	tw.Flush()
+	verb := "installed"
+	if res.DryRun {
+		verb = "validated (dry run, nothing changed)"
+	}
+	fmt.Fprintf(w, "platform %s %s in namespace %s (%s)\n", res.Version, verb, res.Namespace, round(res.Elapsed))
+	if s := res.Secrets; s != nil && len(s.Created) > 0 {
+		fmt.Fprintf(w, "generated %d secrets (kept in the cluster, never shown)\n", len(s.Created))
+	}
+}

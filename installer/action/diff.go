@@ -1,0 +1,75 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/client-go/dynamic"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/diff"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/secrets"
+)
+
+// Diff shows what `install` would change: per component, a unified diff of
+// live against desired objects, with secret values redacted.
+type Diff struct {
+	Source
+	Cluster kube.Options
+	Set     []string
+}
+
+// DiffResult lists the components that would change.
+type DiffResult struct {
+	Namespace  string           `json:"namespace"`
+	Version    string           `json:"version"`
+	Components []diff.Component `json:"components"`
+}
+
+// Run diffs; it changes nothing.
+func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
+	l, err := d.Source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release, Set: d.Set})
+	if err != nil {
+		var se *render.SetError
+		if errors.As(err, &se) {
+			return nil, inputErr(err)
+		}
+		return nil, err
+	}
+	cl, err := kube.Connect(ctx, d.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cl.Config)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := cl.Getter.ToRESTMapper()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range res.Secrets {
+		names = append(names, s.Name)
+	}
+	values, err := secrets.Values(ctx, cl.Client, res.Namespace, names)
+	if err != nil {
+		return nil, fmt.Errorf("reading generated secrets to redact them: %w", err)
+	}
+	releases := apply.NewHelmReleases(cl.Getter, res.Namespace, nil)
+	comps, err := diff.Run(ctx, diff.Options{
+		Dynamic: dyn, Mapper: mapper, Result: res, Manifest: releases.Manifest,
+		Redact: func(s string) string { return secrets.Redact(s, values...) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &DiffResult{Namespace: res.Namespace, Version: res.Version, Components: comps}, nil
+}

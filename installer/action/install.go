@@ -1,0 +1,192 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/secrets"
+	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/version"
+)
+
+// Install makes a cluster match the configuration: it takes the
+// installation's lock, generates the secrets that do not exist yet,
+// applies every component in dependency order and records the result in
+// the installation's state. Running it again with the same configuration
+// changes nothing.
+type Install struct {
+	Source
+	// Cluster says which cluster (kubeconfig and context).
+	Cluster kube.Options
+	// Set holds --set COMPONENT.key=value overrides.
+	Set []string
+	// DryRun renders and validates every object against the API server
+	// (server-side dry run) without changing anything.
+	DryRun bool
+	// Concurrency bounds the components applied at once.
+	Concurrency int
+	// Timeout bounds each component's apply and wait.
+	Timeout time.Duration
+	// LockWait is how long to wait for another onprem holding the lock.
+	LockWait time.Duration
+	// Reporter receives progress (may be nil).
+	Reporter apply.Reporter
+}
+
+// InstallResult is what an install did.
+type InstallResult struct {
+	Installation string                  `json:"installation"`
+	Namespace    string                  `json:"namespace"`
+	Version      string                  `json:"version"`
+	FromVersion  string                  `json:"fromVersion,omitempty"`
+	DryRun       bool                    `json:"dryRun,omitempty"`
+	Secrets      *secrets.Report         `json:"generatedSecrets,omitempty"`
+	Components   []apply.ComponentResult `json:"components"`
+	Elapsed      time.Duration           `json:"elapsed"`
+}
+
+// Run installs. On a component failure it returns the result with the
+// failure recorded and an *apply.FailedError; what was applied stays.
+func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
+	start := time.Now()
+	l, err := i.Source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Release.CheckInstaller(version.Version); err != nil {
+		return nil, err
+	}
+	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release, Set: i.Set})
+	if err != nil {
+		var se *render.SetError
+		if errors.As(err, &se) {
+			return nil, inputErr(err)
+		}
+		return nil, err
+	}
+	cl, err := kube.Connect(ctx, i.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	in := l.Installation
+	out := &InstallResult{Installation: in.Metadata.Name, Namespace: res.Namespace, Version: res.Version, DryRun: i.DryRun}
+	applyOpts := apply.Options{
+		Getter: cl.Getter, Client: cl.Client, Result: res,
+		Concurrency: i.Concurrency, Timeout: i.Timeout, DryRun: i.DryRun, Reporter: i.Reporter,
+	}
+	if i.DryRun {
+		rep, err := apply.Apply(ctx, applyOpts)
+		if rep != nil {
+			out.Components = rep.Components
+		}
+		out.Elapsed = time.Since(start)
+		return out, err
+	}
+
+	lock, err := state.Acquire(ctx, cl.Client, res.Namespace, state.LockOptions{Holder: state.DefaultHolder("install"), Wait: i.LockWait})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-lock.Lost():
+			cancel(errors.New("lost the installation lock (another onprem took it over, or the API server was unreachable for longer than the lease)"))
+		case <-ctx.Done():
+		}
+	}()
+	defer lock.Release(context.WithoutCancel(ctx))
+
+	store := state.NewStore(cl.Client, res.Namespace)
+	st, err := store.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	digest, err := in.Digest()
+	if err != nil {
+		return nil, err
+	}
+	out.FromVersion = st.Version
+	kind := state.KindInstall
+	if st.Version != "" && st.Version != res.Version {
+		kind = state.KindUpgrade
+	}
+	host, _ := os.Hostname()
+	st.Installation, st.Namespace = in.Metadata.Name, res.Namespace
+	if err := store.Begin(ctx, st, state.Operation{
+		Kind: kind, Version: res.Version, FromVersion: st.Version, Started: start,
+		Installer: version.Version, Host: host, Components: componentNames(res),
+	}); err != nil {
+		return nil, err
+	}
+	finish := func(outcome, msg string) error {
+		return store.Finish(context.WithoutCancel(ctx), st, outcome, msg)
+	}
+
+	rep, err := secrets.Ensure(ctx, cl.Client, res.Namespace, res.Secrets, secrets.GenerateOptions{Domain: in.Spec.Domain})
+	if err != nil {
+		if ferr := finish(state.OutcomeFailed, "generating secrets: "+err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return nil, fmt.Errorf("generating secrets: %w", err)
+	}
+	out.Secrets = &rep
+
+	arep, aerr := apply.Apply(ctx, applyOpts)
+	if arep != nil {
+		out.Components = arep.Components
+		recordComponents(st, res, arep)
+	}
+	out.Elapsed = time.Since(start)
+	if aerr != nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			aerr = fmt.Errorf("%w: %w", aerr, cause)
+		}
+		if ferr := finish(state.OutcomeFailed, aerr.Error()); ferr != nil {
+			aerr = errors.Join(aerr, ferr)
+		}
+		return out, aerr
+	}
+	st.ConfigDigest = digest
+	if err := finish(state.OutcomeSucceeded, fmt.Sprintf("%d components ready", len(arep.Components))); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+func componentNames(res *render.Result) []string {
+	names := make([]string, 0, len(res.Components))
+	for _, c := range res.Components {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// recordComponents writes each applied component's release into the state.
+func recordComponents(st *state.State, res *render.Result, rep *apply.Report) {
+	if st.Components == nil {
+		st.Components = map[string]state.Component{}
+	}
+	now := time.Now().UTC()
+	for _, r := range rep.Components {
+		c := res.Component(r.Name)
+		if c == nil || r.Action == apply.Skipped {
+			continue
+		}
+		prev := st.Components[r.Name]
+		sc := state.Component{Chart: c.Chart, ChartVersion: c.ChartVersion, Release: r.Name, Revision: r.Revision,
+			Digest: r.Digest, Status: string(r.Action), UpdatedAt: now, DependsOn: c.DependsOn}
+		if r.Action == apply.Failed {
+			sc.Revision, sc.Digest = prev.Revision, prev.Digest
+			sc.Status = "failed: " + r.Error
+		}
+		st.Components[r.Name] = sc
+	}
+}

@@ -1,0 +1,210 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"sort"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/state"
+)
+
+// DefaultNamespace is the platform namespace when neither a flag nor a
+// configuration file says otherwise.
+const DefaultNamespace = "onprem"
+
+// Target says which installation a command without a full configuration
+// (status, uninstall) works on.
+type Target struct {
+	Cluster kube.Options
+	// Namespace of the platform; when empty, the one of ConfigPath if that
+	// file exists, else DefaultNamespace.
+	Namespace  string
+	ConfigPath string
+}
+
+// namespace resolves the platform namespace.
+func (t Target) namespace(ctx context.Context) (string, error) {
+	if t.Namespace != "" {
+		return t.Namespace, nil
+	}
+	if t.ConfigPath != "" {
+		if _, err := os.Stat(t.ConfigPath); err == nil {
+			l, err := (Source{ConfigPath: t.ConfigPath}).Load(ctx)
+			if err != nil {
+				return "", err
+			}
+			return l.Installation.Spec.Namespace, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+	}
+	return DefaultNamespace, nil
+}
+
+// Status reports what is installed and how it is doing.
+type Status struct {
+	Target
+}
+
+// ComponentStatus is one component's state.
+type ComponentStatus struct {
+	Name     string `json:"name"`
+	Chart    string `json:"chart,omitempty"`
+	Revision int    `json:"revision"`
+	// Release is Helm's status of the last release (deployed, failed, ...).
+	Release string `json:"release"`
+	Ready   int32  `json:"ready"`
+	Desired int32  `json:"desired"`
+	// LastError is the last recorded failure, if the last apply failed.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// StatusResult is the state of an installation.
+type StatusResult struct {
+	Installation  string            `json:"installation,omitempty"`
+	Namespace     string            `json:"namespace"`
+	Installed     bool              `json:"installed"`
+	Version       string            `json:"version,omitempty"`
+	ConfigDigest  string            `json:"configDigest,omitempty"`
+	Components    []ComponentStatus `json:"components"`
+	LastOperation *state.Operation  `json:"lastOperation,omitempty"`
+}
+
+// Run reads the state record, the Helm releases and the workloads.
+func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
+	ns, err := s.Target.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kube.Connect(ctx, s.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	st, err := state.NewStore(cl.Client, ns).Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &StatusResult{Installation: st.Installation, Namespace: ns, Version: st.Version, ConfigDigest: st.ConfigDigest,
+		Installed: st.Version != "" || len(st.Components) > 0}
+	if n := len(st.History); n > 0 {
+		op := st.History[n-1]
+		out.LastOperation = &op
+	}
+	releases := apply.NewHelmReleases(cl.Getter, ns, nil)
+	for _, name := range orderedComponents(st) {
+		sc := st.Components[name]
+		cs := ComponentStatus{Name: name, Chart: chartRef(sc), Revision: sc.Revision}
+		if len(sc.Status) > 8 && sc.Status[:8] == "failed: " {
+			cs.LastError = sc.Status[8:]
+		}
+		if info, err := releases.Last(ctx, name); err != nil {
+			cs.Release = "unknown: " + err.Error()
+		} else if info == nil {
+			cs.Release = "missing"
+		} else {
+			cs.Release, cs.Revision = info.Status, info.Revision
+		}
+		cs.Ready, cs.Desired, err = readiness(ctx, cl.Client, ns, name)
+		if err != nil && cs.LastError == "" {
+			cs.LastError = "reading workloads: " + err.Error()
+		}
+		out.Components = append(out.Components, cs)
+	}
+	return out, nil
+}
+
+func chartRef(c state.Component) string {
+	if c.Chart == "" {
+		return ""
+	}
+	return c.Chart + "-" + c.ChartVersion
+}
+
+// orderedComponents lists the state's components after their
+// dependencies (name order among equals).
+func orderedComponents(st *state.State) []string {
+	names := make([]string, 0, len(st.Components))
+	for n := range st.Components {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	done := map[string]bool{}
+	var out []string
+	var visit func(string, int)
+	visit = func(n string, depth int) {
+		if done[n] || depth > len(names) {
+			return
+		}
+		done[n] = true
+		for _, d := range st.Components[n].DependsOn {
+			if _, ok := st.Components[d]; ok {
+				visit(d, depth+1)
+			}
+		}
+		out = append(out, n)
+	}
+	if _, ok := st.Components[render.PlatformComponent]; ok {
+		visit(render.PlatformComponent, 0)
+	}
+	for _, n := range names {
+		visit(n, 0)
+	}
+	return out
+}
+
+// readiness sums the ready and desired replicas of a component's
+// workloads (a Job counts 1 when it succeeded).
+func readiness(ctx context.Context, c kubernetes.Interface, ns, component string) (ready, desired int32, err error) {
+	sel := metav1.ListOptions{LabelSelector: render.ComponentLabel + "=" + component}
+	deps, err := c.AppsV1().Deployments(ns).List(ctx, sel)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range deps.Items {
+		ready, desired = ready+d.Status.ReadyReplicas, desired+replicas(d.Spec.Replicas)
+	}
+	sts, err := c.AppsV1().StatefulSets(ns).List(ctx, sel)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, s := range sts.Items {
+		ready, desired = ready+s.Status.ReadyReplicas, desired+replicas(s.Spec.Replicas)
+	}
+	jobs, err := c.BatchV1().Jobs(ns).List(ctx, sel)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, j := range jobs.Items {
+		desired++
+		if jobSucceeded(&j) {
+			ready++
+		}
+	}
+	return ready, desired, nil
+}
+
+func replicas(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+func jobSucceeded(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == "True" {
+			return true
+		}
+	}
+	return false
+}
+
