@@ -55,4 +55,3 @@ func confirm(in io.Reader, out io.Writer, question string) bool {
 }
 
 func round(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
-

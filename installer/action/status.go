@@ -207,4 +207,3 @@ func jobSucceeded(j *batchv1.Job) bool {
 	}
 	return false
 }
-
