@@ -41,7 +41,7 @@ fuzz:
 # done by the helm and kustomize command-line tools (built from the module
 # proxy into $(ONPREM_CACHE)/bin by the benchmark itself) for comparison.
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 ./installer/render/...
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 ./installer/render/... ./installer/apply/... ./e2e/testcluster/...
 
 clean:
 	rm -rf bin

@@ -21,7 +21,7 @@ import (
 
 const smallPlatform = "  version: 2.8.0\n  domain: ci.example.com\n  modules:\n    pipelines: {enabled: false}\n"
 
-func clusterConfig(t *testing.T, c *testcluster.Cluster, body string) (Source, kube.Options) {
+func clusterConfig(t testing.TB, c *testcluster.Cluster, body string) (Source, kube.Options) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "onprem.yaml")
 	if err := os.WriteFile(path, []byte("apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n"+body), 0o644); err != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 // renderFile renders an onprem.yaml written by the test, with --set values.
-func renderFile(t *testing.T, body string, set ...string) *render.Result {
+func renderFile(t testing.TB, body string, set ...string) *render.Result {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "onprem.yaml")
 	if err := os.WriteFile(path, []byte("apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n"+body), 0o644); err != nil {
