@@ -68,6 +68,7 @@ unreachable or access refused.`,
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready")
 	cmd.Flags().DurationVar(&a.LockWait, "lock-wait", 2*time.Minute, "how long to wait for another onprem working on this installation")
+	cmd.Flags().DurationVar(&a.LockLease, "lock-lease", 30*time.Second, "how long the lock outlives an onprem that was killed; after that another onprem takes it over")
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
 }

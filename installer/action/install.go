@@ -35,6 +35,9 @@ type Install struct {
 	Timeout time.Duration
 	// LockWait is how long to wait for another onprem holding the lock.
 	LockWait time.Duration
+	// LockLease is how long the lock outlives an onprem that died holding
+	// it (default: state's default lease).
+	LockLease time.Duration
 	// Reporter receives progress (may be nil).
 	Reporter apply.Reporter
 }
@@ -89,7 +92,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 
-	lock, err := state.Acquire(ctx, cl.Client, res.Namespace, state.LockOptions{Holder: state.DefaultHolder("install"), Wait: i.LockWait})
+	lock, err := state.Acquire(ctx, cl.Client, res.Namespace, state.LockOptions{Holder: state.DefaultHolder("install"), Wait: i.LockWait, LeaseDuration: i.LockLease})
 	if err != nil {
 		return nil, err
 	}

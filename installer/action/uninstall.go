@@ -27,9 +27,10 @@ type Uninstall struct {
 	Purge     bool
 	Confirmed bool
 	// Timeout bounds each component's removal.
-	Timeout  time.Duration
-	LockWait time.Duration
-	Reporter apply.Reporter
+	Timeout   time.Duration
+	LockWait  time.Duration
+	LockLease time.Duration
+	Reporter  apply.Reporter
 }
 
 // UninstallResult is what an uninstall did.
@@ -67,7 +68,7 @@ func (u *Uninstall) Run(ctx context.Context) (*UninstallResult, error) {
 	if _, err := cl.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 		return nil, fmt.Errorf("namespace %s: %w (nothing to uninstall there; give --namespace or -c)", ns, err)
 	}
-	lock, err := state.Acquire(ctx, cl.Client, ns, state.LockOptions{Holder: state.DefaultHolder("uninstall"), Wait: u.LockWait})
+	lock, err := state.Acquire(ctx, cl.Client, ns, state.LockOptions{Holder: state.DefaultHolder("uninstall"), Wait: u.LockWait, LeaseDuration: u.LockLease})
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/state"
+)
+
+// childEnv makes the test binary run as onprem itself, so that the crash
+// test can kill a real onprem process without building one.
+const childEnv = "ONPREM_TEST_RUN_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// crashConfig installs into its own namespace; ingress is the cluster's
+// own class, so that no cluster-scoped object is shared between the
+// namespaces of the test.
+func crashConfig(t *testing.T, dir, ns string) string {
+	t.Helper()
+	path := filepath.Join(dir, ns+".yaml")
+	body := fmt.Sprintf(`apiVersion: onprem.dev/v1alpha1
+kind: Installation
+spec:
+  version: 2.8.0
+  domain: ci.example.com
+  namespace: %s
+  ingress: {mode: existing, className: shared}
+`, ns)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// snapshot is what an installation consists of in its namespace: the
+// objects of the kinds onprem creates (without Helm's release records,
+// whose revision counts legitimately differ), the Helm releases with the
+// status of their last revision, and the generated secrets' data.
+type snapshot struct {
+	Objects  []string
+	Releases map[string]string
+	Secrets  map[string]map[string][]byte
+}
+
+func take(t *testing.T, c kubernetes.Interface, ns string) snapshot {
+	t.Helper()
+	ctx := context.Background()
+	s := snapshot{Releases: map[string]string{}, Secrets: map[string]map[string][]byte{}}
+	add := func(kind string, names ...string) {
+		for _, n := range names {
+			s.Objects = append(s.Objects, kind+"/"+n)
+		}
+	}
+	lo := metav1.ListOptions{}
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deps, err := c.AppsV1().Deployments(ns).List(ctx, lo)
+	must(err)
+	for _, o := range deps.Items {
+		add("Deployment", o.Name)
+	}
+	sts, err := c.AppsV1().StatefulSets(ns).List(ctx, lo)
+	must(err)
+	for _, o := range sts.Items {
+		add("StatefulSet", o.Name)
+	}
+	svcs, err := c.CoreV1().Services(ns).List(ctx, lo)
+	must(err)
+	for _, o := range svcs.Items {
+		add("Service", o.Name)
+	}
+	cms, err := c.CoreV1().ConfigMaps(ns).List(ctx, lo)
+	must(err)
+	for _, o := range cms.Items {
+		add("ConfigMap", o.Name)
+	}
+	sas, err := c.CoreV1().ServiceAccounts(ns).List(ctx, lo)
+	must(err)
+	for _, o := range sas.Items {
+		add("ServiceAccount", o.Name)
+	}
+	jobs, err := c.BatchV1().Jobs(ns).List(ctx, lo)
+	must(err)
+	for _, o := range jobs.Items {
+		add("Job", o.Name)
+	}
+	nps, err := c.NetworkingV1().NetworkPolicies(ns).List(ctx, lo)
+	must(err)
+	for _, o := range nps.Items {
+		add("NetworkPolicy", o.Name)
+	}
+	ings, err := c.NetworkingV1().Ingresses(ns).List(ctx, lo)
+	must(err)
+	for _, o := range ings.Items {
+		add("Ingress", o.Name)
+	}
+	roles, err := c.RbacV1().Roles(ns).List(ctx, lo)
+	must(err)
+	for _, o := range roles.Items {
+		add("Role", o.Name)
+	}
+	rbs, err := c.RbacV1().RoleBindings(ns).List(ctx, lo)
+	must(err)
+	for _, o := range rbs.Items {
+		add("RoleBinding", o.Name)
+	}
+	pdbs, err := c.PolicyV1().PodDisruptionBudgets(ns).List(ctx, lo)
+	must(err)
+	for _, o := range pdbs.Items {
+		add("PodDisruptionBudget", o.Name)
+	}
+	secrets, err := c.CoreV1().Secrets(ns).List(ctx, lo)
+	must(err)
+	latest := map[string]int{}
+	for _, o := range secrets.Items {
+		if o.Labels["owner"] == "helm" {
+			name, status := o.Labels["name"], o.Labels["status"]
+			var rev int
+			fmt.Sscan(o.Labels["version"], &rev)
+			if rev > latest[name] {
+				latest[name], s.Releases[name] = rev, status
+			}
+			continue
+		}
+		add("Secret", o.Name)
+		if o.Labels["onprem.dev/generated"] == "true" {
+			s.Secrets[o.Name] = o.Data
+		}
+	}
+	sort.Strings(s.Objects)
+	return s
+}
+
+// progressOf summarises how far a killed install got: for the log, and to
+// check that the kill points differ.
+func progressOf(s snapshot) string {
+	deployed, pending := 0, 0
+	for _, st := range s.Releases {
+		switch {
+		case st == "deployed":
+			deployed++
+		case strings.HasPrefix(st, "pending"):
+			pending++
+		}
+	}
+	return fmt.Sprintf("%d secrets, %d releases deployed, %d pending", len(s.Secrets), deployed, pending)
+}
+
+// TestCrashSafety kills `onprem install` with SIGKILL at many points of an
+// install and checks that each time a re-run converges to the end state of
+// a clean install: the same objects, no duplicate or orphan, every release
+// deployed, the generated secrets that existed at the kill unchanged, and
+// the dead process's lock taken over.
+func TestCrashSafety(t *testing.T) {
+	c := testcluster.Start(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	const lease = 2 * time.Second
+	cl := kube.Options{Kubeconfig: c.Kubeconfig}
+
+	install := func(ns string) (*action.InstallResult, error) {
+		return (&action.Install{Source: action.Source{ConfigPath: crashConfig(t, dir, ns)}, Cluster: cl,
+			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: lease}).Run(ctx)
+	}
+	// The reference: a clean install, timed, to spread the kills over it.
+	start := time.Now()
+	if _, err := install("crash-ref"); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	ref := take(t, c.Client, "crash-ref")
+	normalize := func(s snapshot) snapshot {
+		s.Secrets = nil
+		return s
+	}
+	t.Logf("clean install took %s: %d objects, %d releases", took, len(ref.Objects), len(ref.Releases))
+
+	const kills = 12
+	points := map[string]bool{}
+	for i := 0; i < kills; i++ {
+		ns := fmt.Sprintf("crash-%d", i)
+		delay := took * time.Duration(2*i+1) / (2 * kills)
+		cmd := exec.Command(os.Args[0], "install", "-c", crashConfig(t, dir, ns), "--kubeconfig", c.Kubeconfig,
+			"--lock-lease", lease.String(), "--timeout", "2m")
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		atKill := take(t, c.Client, ns)
+		point := progressOf(atKill)
+		points[point] = true
+		t.Logf("kill %2d after %-6s: %s", i, delay.Round(10*time.Millisecond), point)
+
+		res, err := install(ns)
+		if err != nil {
+			t.Fatalf("kill %d: re-run after the kill failed: %v", i, err)
+		}
+		got := take(t, c.Client, ns)
+		want := ref
+		if !reflect.DeepEqual(normalize(got), normalize(want)) {
+			t.Errorf("kill %d: end state differs from a clean install\n got: %v %v\nwant: %v %v", i, got.Objects, got.Releases, want.Objects, want.Releases)
+		}
+		for name, data := range atKill.Secrets {
+			if !reflect.DeepEqual(got.Secrets[name], data) {
+				t.Errorf("kill %d: generated secret %s changed after the kill", i, name)
+			}
+		}
+		if len(got.Secrets) != len(ref.Secrets) {
+			t.Errorf("kill %d: %d generated secrets, want %d", i, len(got.Secrets), len(ref.Secrets))
+		}
+		st, err := state.NewStore(c.Client, ns).Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := st.History[len(st.History)-1]
+		if st.Version != "2.8.0" || last.Outcome != state.OutcomeSucceeded {
+			t.Errorf("kill %d: state %s, last operation %s", i, st.Version, last.Outcome)
+		}
+		for _, op := range st.History[:len(st.History)-1] {
+			if op.Outcome == state.OutcomeRunning {
+				t.Errorf("kill %d: the killed operation is still recorded as running", i)
+			}
+		}
+		if res.Secrets == nil {
+			t.Errorf("kill %d: no secrets report", i)
+		}
+	}
+	if len(points) < 6 {
+		t.Errorf("the kills hit only %d distinct points of the install: %v", len(points), points)
+	}
+}
