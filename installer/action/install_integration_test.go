@@ -242,3 +242,74 @@ current-context: prod
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// A component that never becomes ready: the install stops at its timeout,
+// records the failure in the state (status shows it), leaves what was
+// applied in place, and a re-run after the fault is gone converges.
+func TestInstallRecordsAComponentThatNeverBecomesReady(t *testing.T) {
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	// The fault, injected the way an operator could: an overlay that marks
+	// gitops-ui's pods so that the simulated kubelet never makes them ready.
+	overlay := filepath.Join(t.TempDir(), "never-ready")
+	os.MkdirAll(overlay, 0o755)
+	os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(`apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+patches:
+  - target: {kind: Deployment, name: gitops-ui}
+    patch: |
+      - op: add
+        path: /spec/template/metadata/annotations
+        value: {`+testcluster.AnnotationNeverReady+`: "true"}
+`), 0o644)
+	src, cl := clusterConfig(t, c, smallPlatform+"  overlays: ["+overlay+"]\n")
+	res, err := (&Install{Source: src, Cluster: cl, Timeout: 15 * time.Second}).Run(ctx)
+	var fe *apply.FailedError
+	if !errors.As(err, &fe) || len(fe.Components) != 1 || fe.Components[0] != "gitops-ui" {
+		t.Fatalf("err = %v", err)
+	}
+	ui, _ := findResult(res, "gitops-ui")
+	if !strings.Contains(strings.Join(ui.NotReady, "\n"), "not ready") {
+		t.Errorf("no reason given: %+v", ui)
+	}
+	st, err := (&Status{Target{Cluster: cl, ConfigPath: src.ConfigPath}}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.LastOperation == nil || st.LastOperation.Outcome != state.OutcomeFailed || !strings.Contains(st.LastOperation.Message, "gitops-ui") {
+		t.Errorf("last operation = %+v", st.LastOperation)
+	}
+	var uiStatus *ComponentStatus
+	for i := range st.Components {
+		if st.Components[i].Name == "gitops-ui" {
+			uiStatus = &st.Components[i]
+		}
+	}
+	if uiStatus == nil || uiStatus.LastError == "" || uiStatus.Ready != 0 {
+		t.Errorf("gitops-ui status = %+v", uiStatus)
+	}
+	// Installed components stayed.
+	if api, _ := findResult(res, "gitops-api"); api.Action != apply.Installed {
+		t.Errorf("gitops-api = %+v", api)
+	}
+	src, _ = clusterConfig(t, c, smallPlatform)
+	res, err = (&Install{Source: src, Cluster: cl, Timeout: time.Minute}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ui, _ := findResult(res, "gitops-ui"); ui.Action != apply.Upgraded {
+		t.Errorf("gitops-ui after the fix = %+v", ui)
+	}
+}
+
+func findResult(res *InstallResult, name string) (apply.ComponentResult, bool) {
+	if res == nil {
+		return apply.ComponentResult{}, false
+	}
+	for _, c := range res.Components {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return apply.ComponentResult{}, false
+}
