@@ -1,0 +1,76 @@
+package preflight
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"onprem.dev/onprem/e2e/testcluster"
+)
+
+func TestRuntimes(t *testing.T) {
+	c := testcluster.Start(t)
+	envFor := clusterEnv(t, c)
+	ctx := context.Background()
+	const local = "  runtimes:\n    - name: main\n      gitToken: {env: GIT_TOKEN}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
+	const remote = "  runtimes:\n    - name: main\n      gitToken: {env: GIT_TOKEN}\n    - name: edge\n      gitToken: {env: GIT_TOKEN}\n      cluster: {context: edge-cluster}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
+
+	t.Run("no runtimes", func(t *testing.T) {
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec)), Pass, "no GitOps runtime is configured")
+	})
+	t.Run("no Argo CD yet", func(t *testing.T) {
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Pass, "runtime main: the platform's cluster has no Argo CD yet", "names are unique")
+	})
+	t.Run("other clusters are not connected to", func(t *testing.T) {
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+remote)), Warn, "runtime edge (cluster edge-cluster) runs on other clusters", "checked when the runtimes are installed")
+	})
+
+	dc, err := dynamic.NewForConfig(c.RESTConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": argoApplicationsCRD, "labels": map[string]any{
+			"app.kubernetes.io/name": argoApplicationsCRD, partOfLabel: "argocd"}},
+		"spec": map[string]any{
+			"group": "argoproj.io", "scope": "Namespaced",
+			"names": map[string]any{"kind": "Application", "plural": "applications", "singular": "application", "listKind": "ApplicationList"},
+			"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+		},
+	}}
+	crds := dc.Resource(crdResource)
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("Argo CD of another installation", func(t *testing.T) {
+		out := clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local))
+		clusterExpect(t, out, Fail, "Argo CD CRDs from another installation are present", "applications.argoproj.io: part-of argocd", "runtime main",
+			"use that Argo CD for the runtime: not supported yet", "remove that Argo CD", "another cluster")
+	})
+	t.Run("no runtime on the platform's cluster: not our business here", func(t *testing.T) {
+		only := "  runtimes:\n    - name: edge\n      gitToken: {env: GIT_TOKEN}\n      cluster: {context: edge-cluster}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+only)), Warn, "runtime edge (cluster edge-cluster)")
+	})
+	t.Run("our own Argo CD", func(t *testing.T) {
+		for i := 0; ; i++ {
+			cur, err := crds.Get(ctx, argoApplicationsCRD, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cur.SetLabels(map[string]string{partOfLabel: "onprem", installationLabel: "onprem"})
+			if _, err = crds.Update(ctx, cur, metav1.UpdateOptions{}); err == nil {
+				break
+			} else if i > 20 {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // the CRD's status is being written
+		}
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Pass, "are this installation's")
+	})
+}
