@@ -1,0 +1,13 @@
+package preflight
+
+// connectionChecks are the checks that open connections (registry,
+// external databases). Each lives in its own conn_*.go file.
+func connectionChecks() []Check {
+	return []Check{
+		registryCheck(),
+		mongodbCheck(minMongoDB),
+		postgresqlCheck(minPostgreSQL),
+		redisCheck(minRedis),
+		rabbitmqCheck(minRabbitMQ),
+	}
+}
