@@ -58,3 +58,33 @@ func TestUnreachableClusterExitsThree(t *testing.T) {
 		}
 	}
 }
+
+func TestPreflightCommand(t *testing.T) {
+	dir := t.TempDir()
+	code, stdout, _ := cli(t, dir, "preflight", "--list")
+	for _, id := range []string{"kubernetes.version", "permissions", "capacity", "registry", "database.postgresql", "clock.skew"} {
+		if code != 0 || !strings.Contains(stdout, id) {
+			t.Errorf("--list lacks %s (exit %d)", id, code)
+		}
+	}
+	c := testcluster.Start(t)
+	cfg := "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n"
+	os.WriteFile(filepath.Join(dir, "ok.yaml"), []byte(cfg), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte(cfg+"  ingress: {mode: existing, className: nope}\n"), 0o644)
+	code, stdout, _ = cli(t, dir, "preflight", "-c", "ok.yaml", "--kubeconfig", c.Kubeconfig)
+	if code != 0 || !strings.Contains(stdout, "PASS") {
+		t.Errorf("passing preflight: exit %d\n%s", code, stdout)
+	}
+	code, stdout, stderr := cli(t, dir, "preflight", "-c", "bad.yaml", "--kubeconfig", c.Kubeconfig)
+	if code != exitFailure || !strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "fix:") || !strings.Contains(stderr, "ingress") {
+		t.Errorf("failing preflight: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, _ = cli(t, dir, "preflight", "-c", "bad.yaml", "--kubeconfig", c.Kubeconfig, "-o", "json", "--skip-check", "ingress")
+	var rep struct {
+		Checks  []struct{ ID, Result string }
+		Skipped []string
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || len(rep.Skipped) != 1 || len(rep.Checks) < 10 {
+		t.Errorf("-o json --skip-check: exit %d\n%s", code, stdout)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -181,6 +182,14 @@ func TestCrashSafety(t *testing.T) {
 	ctx := context.Background()
 	const lease = 2 * time.Second
 	cl := kube.Options{Kubeconfig: c.Kubeconfig}
+	// The cluster's own ingress class, which the configuration names
+	// (preflight checks that it exists).
+	if _, err := c.Client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+		Spec:       networkingv1.IngressClassSpec{Controller: "example.com/ingress"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	install := func(ns string) (*action.InstallResult, error) {
 		return (&action.Install{Source: action.Source{ConfigPath: crashConfig(t, dir, ns)}, Cluster: cl,

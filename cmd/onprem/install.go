@@ -9,7 +9,17 @@ import (
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/preflight"
 )
+
+func hasWarnings(r *preflight.Report) bool {
+	for _, f := range r.Findings {
+		if f.Result == preflight.Warn {
+			return true
+		}
+	}
+	return false
+}
 
 func newInstallCmd() *cobra.Command {
 	a := &action.Install{}
@@ -17,7 +27,8 @@ func newInstallCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Install the platform, or make an installation match onprem.yaml",
-		Long: `Make the cluster match onprem.yaml: render every component, generate the
+		Long: `Make the cluster match onprem.yaml: run the preflight checks (nothing is
+touched if one fails; see 'onprem preflight'), render every component, generate the
 secrets that do not exist yet (database passwords, per-service credentials,
 keys, the self-signed certificate: created once, never changed), then apply
 the components in dependency order (ingress, infrastructure, database
@@ -45,6 +56,13 @@ unreachable or access refused.`,
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}
 			}
+			a.Preflight = func(r *preflight.Report) {
+				if r.Failed() || hasWarnings(r) {
+					printPreflight(cmd.ErrOrStderr(), r)
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "preflight: %d checks passed\n", len(r.Findings)-len(r.Skipped))
+				}
+			}
 			rep, stop := progress(cmd.ErrOrStderr())
 			a.Reporter = rep
 			res, err := a.Run(cmd.Context())
@@ -64,6 +82,7 @@ unreachable or access refused.`,
 	addSourceFlags(cmd, &a.Source)
 	addClusterFlags(cmd, &a.Cluster)
 	cmd.Flags().StringArrayVar(&a.Set, "set", nil, "override a value: COMPONENT.key=value (repeatable)")
+	cmd.Flags().StringArrayVar(&a.SkipChecks, "skip-check", nil, "skip this preflight check (repeatable; recorded in the state; see 'onprem preflight --list')")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "render and validate every object on the API server; change nothing")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready")

@@ -13,6 +13,7 @@ import (
 	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
+	"onprem.dev/onprem/preflight"
 )
 
 // Install makes a cluster match the configuration: it takes the
@@ -38,8 +39,14 @@ type Install struct {
 	// LockLease is how long the lock outlives an onprem that died holding
 	// it (default: state's default lease).
 	LockLease time.Duration
+	// SkipChecks lists preflight check IDs not to run; they are recorded
+	// in the state's history.
+	SkipChecks []string
 	// Reporter receives progress (may be nil).
 	Reporter apply.Reporter
+	// Preflight receives the preflight report before anything is changed
+	// (may be nil).
+	Preflight func(*preflight.Report)
 }
 
 // InstallResult is what an install did.
@@ -49,6 +56,7 @@ type InstallResult struct {
 	Version      string                  `json:"version"`
 	FromVersion  string                  `json:"fromVersion,omitempty"`
 	DryRun       bool                    `json:"dryRun,omitempty"`
+	Preflight    *preflight.Report       `json:"preflight,omitempty"`
 	Secrets      *secrets.Report         `json:"generatedSecrets,omitempty"`
 	Components   []apply.ComponentResult `json:"components"`
 	Elapsed      time.Duration           `json:"elapsed"`
@@ -79,6 +87,18 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	}
 	in := l.Installation
 	out := &InstallResult{Installation: in.Metadata.Name, Namespace: res.Namespace, Version: res.Version, DryRun: i.DryRun}
+	// Every check runs before anything is touched (the lock below creates
+	// the namespace on a first install).
+	pre, err := runPreflight(ctx, &preflight.Env{Installation: in, Release: l.Release, Releases: l.Releases, Rendered: res, Cluster: cl},
+		preflight.Options{Skip: i.SkipChecks})
+	out.Preflight = pre
+	if pre != nil && i.Preflight != nil {
+		i.Preflight(pre)
+	}
+	if err != nil {
+		out.Elapsed = time.Since(start)
+		return out, err
+	}
 	applyOpts := apply.Options{
 		Getter: cl.Getter, Client: cl.Client, Result: res,
 		Concurrency: i.Concurrency, Timeout: i.Timeout, DryRun: i.DryRun, Reporter: i.Reporter,
@@ -125,7 +145,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	st.Installation, st.Namespace = in.Metadata.Name, res.Namespace
 	if err := store.Begin(ctx, st, state.Operation{
 		Kind: kind, Version: res.Version, FromVersion: st.Version, Started: start,
-		Installer: version.Version, Host: host, Components: componentNames(res),
+		Installer: version.Version, Host: host, Components: componentNames(res), SkippedChecks: pre.Skipped,
 	}); err != nil {
 		return nil, err
 	}
