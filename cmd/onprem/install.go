@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -68,12 +69,8 @@ unreachable or access refused.`,
 			res, err := a.Run(cmd.Context())
 			stop()
 			if res != nil {
-				if format != output.Table {
-					if eerr := output.Encode(cmd.OutOrStdout(), format, res); eerr != nil {
-						return eerr
-					}
-				} else {
-					printInstall(cmd, res)
+				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printInstall(w, res) }); werr != nil {
+					return werr
 				}
 			}
 			return err
@@ -92,8 +89,7 @@ unreachable or access refused.`,
 	return cmd
 }
 
-func printInstall(cmd *cobra.Command, res *action.InstallResult) {
-	w := cmd.OutOrStdout()
+func printInstall(w io.Writer, res *action.InstallResult) {
 	tw := output.NewTable(w)
 	fmt.Fprintln(tw, "COMPONENT\tRESULT\tREVISION\tTIME")
 	for _, c := range res.Components {

@@ -58,12 +58,8 @@ Exit code 0 when nothing fails (warnings allowed), 1 when a check fails.`,
 			}
 			rep, err := a.Run(cmd.Context())
 			if rep != nil {
-				if format != output.Table {
-					if eerr := output.Encode(cmd.OutOrStdout(), format, rep); eerr != nil {
-						return eerr
-					}
-				} else {
-					printPreflight(cmd.OutOrStdout(), rep)
+				if werr := output.Write(cmd.OutOrStdout(), format, rep, func(w io.Writer) { printPreflight(w, rep) }); werr != nil {
+					return werr
 				}
 			}
 			return err

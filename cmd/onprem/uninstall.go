@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,12 +44,7 @@ a terminal, or needs --yes.`,
 			res, err := a.Run(cmd.Context())
 			stop()
 			if res != nil {
-				if format != output.Table {
-					if eerr := output.Encode(cmd.OutOrStdout(), format, res); eerr != nil {
-						return eerr
-					}
-				} else {
-					w := cmd.OutOrStdout()
+				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
 					fmt.Fprintf(w, "removed %d components from namespace %s\n", len(res.Removed), res.Namespace)
 					for _, k := range res.Kept {
 						fmt.Fprintf(w, "kept: %s\n", k)
@@ -56,6 +52,8 @@ a terminal, or needs --yes.`,
 					if res.Purged {
 						fmt.Fprintln(w, "purged: volumes, generated secrets, state and namespace deleted")
 					}
+				}); werr != nil {
+					return werr
 				}
 			}
 			return err

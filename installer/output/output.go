@@ -51,3 +51,13 @@ func Encode(w io.Writer, format string, v any) error {
 func NewTable(w io.Writer) *tabwriter.Writer {
 	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 }
+
+// Write writes v for scripts (json, yaml) or, with the table format, calls
+// human to write it for people.
+func Write(w io.Writer, format string, v any, human func(io.Writer)) error {
+	if format != Table {
+		return Encode(w, format, v)
+	}
+	human(w)
+	return nil
+}

@@ -2,6 +2,7 @@ package output
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 )
@@ -23,5 +24,17 @@ func TestCheckAndEncode(t *testing.T) {
 	}
 	if err := Encode(&y, "toml", v); err == nil {
 		t.Error("unknown format accepted")
+	}
+}
+
+func TestWriteEncodesForScriptsAndCallsHumanForTables(t *testing.T) {
+	var b bytes.Buffer
+	if err := Write(&b, JSON, map[string]int{"a": 1}, func(w io.Writer) { t.Error("human called for json") }); err != nil || b.String() != "{\n  \"a\": 1\n}\n" {
+		t.Errorf("%q %v", b.String(), err)
+	}
+	b.Reset()
+	Write(&b, Table, nil, func(w io.Writer) { io.WriteString(w, "hello\n") })
+	if b.String() != "hello\n" {
+		t.Errorf("%q", b.String())
 	}
 }
