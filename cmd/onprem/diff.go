@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -33,21 +34,18 @@ Exit code 0 whether or not there are differences; -o json for scripts.`,
 			if err != nil {
 				return err
 			}
-			if format != output.Table {
-				return output.Encode(cmd.OutOrStdout(), format, res)
-			}
-			w := cmd.OutOrStdout()
-			if len(res.Components) == 0 {
-				fmt.Fprintf(w, "no differences: the cluster matches platform %s\n", res.Version)
-				return nil
-			}
-			for _, c := range res.Components {
-				fmt.Fprintf(w, "# component %s\n", c.Name)
-				for _, o := range c.Objects {
-					fmt.Fprintf(w, "## %s %s/%s\n%s", o.Change, o.Kind, o.Name, o.Diff)
+			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+				if len(res.Components) == 0 {
+					fmt.Fprintf(w, "no differences: the cluster matches platform %s\n", res.Version)
+					return
 				}
-			}
-			return nil
+				for _, c := range res.Components {
+					fmt.Fprintf(w, "# component %s\n", c.Name)
+					for _, o := range c.Objects {
+						fmt.Fprintf(w, "## %s %s/%s\n%s", o.Change, o.Kind, o.Name, o.Diff)
+					}
+				}
+			})
 		},
 	}
 	addSourceFlags(cmd, &a.Source)

@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/installer/state"
 )
 
 func newStatusCmd() *cobra.Command {
@@ -30,28 +32,25 @@ Reads the cluster only; works from any machine with access.`,
 			if err != nil {
 				return err
 			}
-			if format != output.Table {
-				return output.Encode(cmd.OutOrStdout(), format, res)
-			}
-			w := cmd.OutOrStdout()
-			if !res.Installed {
-				fmt.Fprintf(w, "nothing installed in namespace %s\n", res.Namespace)
-				return nil
-			}
-			fmt.Fprintf(w, "installation %s: platform %s in namespace %s\n", res.Installation, res.Version, res.Namespace)
-			tw := output.NewTable(w)
-			fmt.Fprintln(tw, "COMPONENT\tCHART\tREVISION\tRELEASE\tREADY\tLAST ERROR")
-			for _, c := range res.Components {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\n", c.Name, c.Chart, c.Revision, c.Release, c.Ready, c.Desired, c.LastError)
-			}
-			tw.Flush()
-			if op := res.LastOperation; op != nil {
-				fmt.Fprintf(w, "last operation: %s %s by onprem %s on %s, %s at %s\n", op.Kind, op.Version, op.Installer, op.Host, op.Outcome, op.Started.Format("2006-01-02 15:04:05 MST"))
-				if op.Message != "" && op.Outcome != "succeeded" {
-					fmt.Fprintf(w, "  %s\n", op.Message)
+			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+				if !res.Installed {
+					fmt.Fprintf(w, "nothing installed in namespace %s\n", res.Namespace)
+					return
 				}
-			}
-			return nil
+				fmt.Fprintf(w, "installation %s: platform %s in namespace %s\n", res.Installation, res.Version, res.Namespace)
+				tw := output.NewTable(w)
+				fmt.Fprintln(tw, "COMPONENT\tCHART\tREVISION\tRELEASE\tREADY\tLAST ERROR")
+				for _, c := range res.Components {
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\n", c.Name, c.Chart, c.Revision, c.Release, c.Ready, c.Desired, c.LastError)
+				}
+				tw.Flush()
+				if op := res.LastOperation; op != nil {
+					fmt.Fprintf(w, "last operation: %s %s by onprem %s on %s, %s at %s\n", op.Kind, op.Version, op.Installer, op.Host, op.Outcome, op.Started.Format("2006-01-02 15:04:05 MST"))
+					if op.Message != "" && op.Outcome != state.OutcomeSucceeded {
+						fmt.Fprintf(w, "  %s\n", op.Message)
+					}
+				}
+			})
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)

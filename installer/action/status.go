@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"sort"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,8 +104,8 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 	for _, name := range orderedComponents(st) {
 		sc := st.Components[name]
 		cs := ComponentStatus{Name: name, Chart: chartRef(sc), Revision: sc.Revision}
-		if len(sc.Status) > 8 && sc.Status[:8] == "failed: " {
-			cs.LastError = sc.Status[8:]
+		if msg, failed := strings.CutPrefix(sc.Status, "failed: "); failed {
+			cs.LastError = msg
 		}
 		if info, err := releases.Last(ctx, name); err != nil {
 			cs.Release = "unknown: " + err.Error()
