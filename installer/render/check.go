@@ -21,7 +21,8 @@ import (
 var (
 	// NoProbes: containers that have no liveness/readiness probes.
 	NoProbes = map[string]string{
-		"db-provision/*": "a Job's containers run to completion; there is no server to probe",
+		"db-provision/*":     "a Job's containers run to completion; there is no server to probe",
+		TaskComponent + "/*": "backups and migrations are Jobs that run to completion",
 	}
 	// WritableRoot: containers whose root filesystem must stay writable.
 	WritableRoot = map[string]string{}
@@ -95,6 +96,19 @@ func Check(res *Result, opts CheckOptions) []Problem {
 			if c.Chart == "service" {
 				checkServiceCredentials(c.Name, pod, planned, dbSecrets, add)
 			}
+		}
+	}
+	for _, t := range res.Tasks {
+		id := "Job/" + t.Name
+		add := func(rule, format string, a ...any) {
+			out = append(out, Problem{Component: TaskComponent, Object: id, Rule: rule, Message: fmt.Sprintf(format, a...)})
+		}
+		if err := decodeStrict(t.Job); err != nil {
+			add("typed", "%v", err)
+			continue
+		}
+		if pod, ok := podSpecOf(t.Job); ok {
+			checkPod(TaskComponent, pod, opts, add)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].String() < out[j].String() })

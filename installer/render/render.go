@@ -39,6 +39,9 @@ type Options struct {
 	Manifests fs.FS
 	// Set holds --set values, COMPONENT.key=value, applied last.
 	Set []string
+	// Tasks renders the release's migration and backup Jobs too
+	// (Result.Tasks), for an upgrade to this release.
+	Tasks bool
 }
 
 // Component is one rendered component: a Helm release of the platform.
@@ -63,6 +66,9 @@ type Result struct {
 	// Secrets lists the Secrets the installer generates (names and keys,
 	// never values).
 	Secrets []credentials.Secret `json:"generatedSecrets"`
+	// Tasks are the backups and migrations to run before the components
+	// when upgrading to this release, in order (Options.Tasks only).
+	Tasks []*Task `json:"tasks,omitempty"`
 }
 
 // Component returns the named component, or nil.
@@ -91,6 +97,7 @@ type charted struct {
 	values   map[string]map[string]any
 	services map[string]map[string]any
 	objects  []*unstructured.Unstructured
+	tasks    []taskBuild
 	post     *postRender
 }
 
@@ -182,6 +189,19 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 			repos[images.Repository(img, in.Spec.Images.Platform)] = true
 		}
 	}
+	if opts.Tasks {
+		builds, taskRepos, err := st.buildTasks()
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range builds {
+			st.objects = append(st.objects, b.obj)
+		}
+		for _, r := range taskRepos {
+			repos[r] = true
+		}
+		st.tasks = builds
+	}
 	st.post = &postRender{
 		in:             in,
 		manifests:      opts.Manifests,
@@ -210,7 +230,15 @@ func (st *charted) postRender() (*Result, error) {
 		res.Components = append(res.Components, c)
 		byName[p.Name] = c
 	}
+	tasks := map[string]*Task{}
+	for _, b := range st.tasks {
+		tasks[b.task.Name] = b.task
+	}
 	for _, o := range objs {
+		if t, ok := tasks[o.GetLabels()[TaskLabel]]; ok && o.GetKind() == "Job" {
+			t.Job = o
+			continue
+		}
 		name := o.GetLabels()[ComponentLabel]
 		c, ok := byName[name]
 		if !ok {
@@ -225,6 +253,12 @@ func (st *charted) postRender() (*Result, error) {
 		installOrder(c.Objects)
 	}
 	res.Secrets = credentials.Plan(needs(in, st.services))
+	for _, b := range st.tasks {
+		if b.task.Job == nil {
+			return nil, fmt.Errorf("post-render: task %s: its Job was removed by an overlay", b.task.Name)
+		}
+		res.Tasks = append(res.Tasks, b.task)
+	}
 	return res, nil
 }
 
