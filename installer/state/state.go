@@ -80,6 +80,7 @@ const (
 	KindUpgrade   = "upgrade"
 	KindRollback  = "rollback"
 	KindUninstall = "uninstall"
+	KindAdopt     = "adopt"
 )
 
 // Operation outcomes.
@@ -87,6 +88,9 @@ const (
 	OutcomeRunning   = "running"
 	OutcomeSucceeded = "succeeded"
 	OutcomeFailed    = "failed"
+	// OutcomeRolledBack: an upgrade step failed and its components were
+	// returned to their revisions from before it.
+	OutcomeRolledBack = "rolled-back"
 )
 
 // State is the record of one installation.
@@ -101,6 +105,9 @@ type State struct {
 	Components   map[string]Component `json:"components"`
 	// History holds the operations, newest last, at most MaxHistory.
 	History []Operation `json:"history"`
+	// Migrations are the data migrations that completed, oldest first; a
+	// migration that completed is never run again.
+	Migrations []Migration `json:"migrations,omitempty"`
 
 	// secret is the Secret this State was loaded from or saved to; its
 	// resourceVersion guards the next Save. nil: not stored yet.
@@ -136,7 +143,72 @@ type Operation struct {
 	Message       string    `json:"message,omitempty"`
 	Components    []string  `json:"components,omitempty"`
 	SkippedChecks []string  `json:"skippedChecks,omitempty"`
+	// Steps are the steps of an upgrade (or the step a rollback undid),
+	// in order.
+	Steps []Step `json:"steps,omitempty"`
 }
+
+// Step is one step of an upgrade: the platform going from one release to
+// the next on the upgrade path.
+type Step struct {
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// Outcome: running, succeeded, failed, rolled-back.
+	Outcome string `json:"outcome"`
+	// Phase is what the step was doing last: backup, migrate, apply,
+	// remove, rollback or done.
+	Phase string `json:"phase,omitempty"`
+	// Before holds each component's Helm revision from before the step
+	// (0: the component was not installed); a rollback returns to these.
+	Before map[string]int `json:"before,omitempty"`
+	// Applied lists the components the step installed or upgraded.
+	Applied []string `json:"applied,omitempty"`
+	// Removed lists the components the step's release dropped (their Helm
+	// history is kept, so that a rollback can restore them).
+	Removed []string `json:"removed,omitempty"`
+	// RolledBack lists the components returned to their Before revision.
+	RolledBack []string `json:"rolledBack,omitempty"`
+	Backups    []Backup `json:"backups,omitempty"`
+	// Migrations lists the migrations this step ran.
+	Migrations []string `json:"migrations,omitempty"`
+	Message    string   `json:"message,omitempty"`
+}
+
+// Backup is a database dump taken before a migration changed it.
+type Backup struct {
+	Engine  string `json:"engine"`
+	Service string `json:"service"`
+	// Claim and Path say where the dump is: a file on that
+	// PersistentVolumeClaim of the platform namespace.
+	Claim    string    `json:"claim"`
+	Path     string    `json:"path"`
+	Job      string    `json:"job"`
+	Finished time.Time `json:"finished,omitzero"`
+}
+
+// Migration is a data migration that completed.
+type Migration struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version"` // the release that brought it
+	Operation string    `json:"operation"`
+	Finished  time.Time `json:"finished"`
+}
+
+// Migrated reports whether the named migration completed.
+func (s *State) Migrated(name string) bool {
+	for _, m := range s.Migrations {
+		if m.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Current returns the running operation (the last one whose outcome is
+// running) for the caller to update in place before a Save, or nil.
+func (s *State) Current() *Operation { return s.Running() }
 
 // Running returns the operation that is still running (the last one whose
 // outcome is running), or nil.
@@ -322,9 +394,9 @@ func trimHistory(st *State, keep int) {
 // message saying it was interrupted. If the save fails st is left as it was.
 func (s *Store) Begin(ctx context.Context, st *State, op Operation) error {
 	switch op.Kind {
-	case KindInstall, KindUpgrade, KindRollback, KindUninstall:
+	case KindInstall, KindUpgrade, KindRollback, KindUninstall, KindAdopt:
 	default:
-		return fmt.Errorf("state: unknown operation kind %q (want install, upgrade, rollback or uninstall)", op.Kind)
+		return fmt.Errorf("state: unknown operation kind %q (want install, upgrade, rollback, uninstall or adopt)", op.Kind)
 	}
 	now := s.now()
 	if op.ID == "" {
@@ -385,7 +457,7 @@ func (s *Store) Finish(ctx context.Context, st *State, outcome, message string) 
 	op.Outcome, op.Message, op.Finished = outcome, message, s.now()
 	if outcome == OutcomeSucceeded {
 		switch op.Kind {
-		case KindInstall, KindUpgrade, KindRollback:
+		case KindInstall, KindUpgrade, KindRollback, KindAdopt:
 			if op.Version != "" {
 				st.Version = op.Version
 			}
