@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	rcommon "helm.sh/helm/v4/pkg/release/common"
 	"io/fs"
 	"sync"
 	"time"
@@ -312,7 +313,10 @@ func applyOne(ctx context.Context, o Options, j *job) ComponentResult {
 		return r
 	}
 	o.Reporter.Report(Event{Component: c.Name, Phase: PhaseApplying})
-	req := Request{Component: c, Manifest: j.manifest, Digest: j.digest, Timeout: o.Timeout, DryRun: o.DryRun, Exists: last != nil, Pending: last != nil && last.Pending}
+	// A release retired with its history (see HelmReleases.Retire) is
+	// installed again, not upgraded: Helm upgrades deployed releases only.
+	exists := last != nil && last.Status != rcommon.StatusUninstalled.String()
+	req := Request{Component: c, Manifest: j.manifest, Digest: j.digest, Timeout: o.Timeout, DryRun: o.DryRun, Exists: exists, Pending: last != nil && last.Pending}
 	rev, err := o.Releases.Apply(ctx, req)
 	r.Elapsed = time.Since(start)
 	if err != nil {
@@ -323,7 +327,7 @@ func applyOne(ctx context.Context, o Options, j *job) ComponentResult {
 	switch {
 	case o.DryRun:
 		r.Action = Validated
-	case last == nil:
+	case !exists:
 		r.Action = Installed
 	default:
 		r.Action = Upgraded

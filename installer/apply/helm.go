@@ -31,6 +31,8 @@ type ReleaseInfo struct {
 	// settled.
 	Pending bool
 	Digest  string
+	// Chart is the release's chart, name-version.
+	Chart string
 }
 
 // Request asks a Releaser to install or upgrade one component.
@@ -154,7 +156,12 @@ func (h *HelmReleases) Last(_ context.Context, name string) (*ReleaseInfo, error
 	if !ok || rel.Info == nil {
 		return nil, fmt.Errorf("release %s: unexpected release type %T", name, ri)
 	}
+	chart := ""
+	if rel.Chart != nil && rel.Chart.Metadata != nil {
+		chart = rel.Chart.Metadata.Name + "-" + rel.Chart.Metadata.Version
+	}
 	return &ReleaseInfo{
+		Chart:    chart,
 		Revision: rel.Version,
 		Status:   rel.Info.Status.String(),
 		Deployed: rel.Info.Status == rcommon.StatusDeployed,
@@ -274,4 +281,72 @@ type fixedManifest string
 
 func (f fixedManifest) Run(*bytes.Buffer) (*bytes.Buffer, error) {
 	return bytes.NewBufferString(string(f)), nil
+}
+
+// Rollback returns a component's release to an earlier revision (Helm
+// rollback: a new revision holding that revision's objects) and waits
+// until its objects are ready. A release left pending by a process that
+// died is settled first. A release retired with its history kept (see
+// Retire) is restored the same way.
+func (h *HelmReleases) Rollback(ctx context.Context, name string, revision int, timeout time.Duration) (int, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return 0, err
+	}
+	if err := settlePending(cfg, name); err != nil {
+		return 0, err
+	}
+	rb := action.NewRollback(cfg)
+	rb.Version = revision
+	rb.ServerSideApply = "true"
+	rb.ForceConflicts = true
+	rb.WaitStrategy = kube.StatusWatcherStrategy
+	rb.WaitForJobs = true
+	rb.Timeout = timeout
+	rb.MaxHistory = 10
+	rb.Description = fmt.Sprintf("rolled back to revision %d by onprem %s", revision, version.Version)
+	// Helm's rollback takes no context: it is bounded by its timeout, and
+	// a cancelled context is honoured before it starts.
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := rb.Run(name); err != nil {
+		return 0, fmt.Errorf("rolling %s back to revision %d: %w", name, revision, err)
+	}
+	last, err := h.Last(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if last == nil {
+		return 0, fmt.Errorf("rolling %s back: the release is gone", name)
+	}
+	return last.Revision, nil
+}
+
+// Retire removes a component that its release dropped: its objects go,
+// but its Helm history is kept (helm list --uninstalled shows it), so that
+// rolling the upgrade back can restore it with Rollback. Objects outside
+// the release (volumes, generated secrets) stay. A release that does not
+// exist, or is already retired, is not an error.
+func (h *HelmReleases) Retire(ctx context.Context, name string, timeout time.Duration) error {
+	last, err := h.Last(ctx, name)
+	if err != nil || last == nil || last.Status == rcommon.StatusUninstalled.String() {
+		return err
+	}
+	cfg, err := h.config()
+	if err != nil {
+		return err
+	}
+	if err := settlePending(cfg, name); err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.WaitStrategy = kube.StatusWatcherStrategy
+	un.Timeout = timeout
+	un.KeepHistory = true
+	un.Description = "retired by onprem " + version.Version + ": its release dropped it"
+	if _, err := un.Run(name); err != nil {
+		return fmt.Errorf("removing %s: %w", name, err)
+	}
+	return nil
 }
