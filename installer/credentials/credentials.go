@@ -120,3 +120,12 @@ func Plan(n Needs) []Secret {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// KeyNames lists the Secret's data keys.
+func (s Secret) KeyNames() []string {
+	out := make([]string, 0, len(s.Keys))
+	for _, k := range s.Keys {
+		out = append(out, k.Name)
+	}
+	return out
+}
