@@ -1,0 +1,473 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/state"
+)
+
+// Releases is what an upgrade needs of the components' Helm releases
+// (apply.HelmReleases has all of it).
+type Releases interface {
+	Last(ctx context.Context, name string) (*apply.ReleaseInfo, error)
+	Rollback(ctx context.Context, name string, revision int, timeout time.Duration) (int, error)
+	Retire(ctx context.Context, name string, timeout time.Duration) error
+}
+
+// Step phases, as recorded in the state.
+const (
+	PhaseBackup   = "backup"
+	PhaseMigrate  = "migrate"
+	PhaseApply    = "apply"
+	PhaseRemove   = "remove"
+	PhaseRollback = "rollback"
+	PhaseDone     = "done"
+)
+
+// RunOptions is what Run needs. The caller holds the installation's lock
+// and has begun an upgrade operation in State (Store.Begin).
+type RunOptions struct {
+	Plan   *Plan
+	Client kubernetes.Interface
+	Getter genericclioptions.RESTClientGetter
+	// Releases defaults to the Helm SDK's (apply.NewHelmReleases).
+	Releases Releases
+	Store    *state.Store
+	State    *state.State
+	// Charts: nil for the embedded ones.
+	Charts      fs.FS
+	Concurrency int
+	// Timeout bounds each component's apply and wait, and each rollback.
+	Timeout time.Duration
+	// Secrets makes sure the secrets a step's rendering needs exist
+	// (generated once, never changed).
+	Secrets func(ctx context.Context, res *render.Result) error
+	// StorageClass and BackupSize shape the backup claim when it is made.
+	StorageClass, BackupSize string
+	// Reporter receives the components' progress; Progress the steps'
+	// (one line each). Both may be nil.
+	Reporter apply.Reporter
+	Progress io.Writer
+}
+
+// Result is what an upgrade did.
+type Result struct {
+	From  string       `json:"from"`
+	To    string       `json:"to"`
+	Steps []StepResult `json:"steps"`
+}
+
+// StepResult is what one step did.
+type StepResult struct {
+	state.Step
+	Components []apply.ComponentResult `json:"components,omitempty"`
+}
+
+// FailedError says that a step failed and what was done about it.
+type FailedError struct {
+	Step string
+	// Cause is what failed: a migration Job, a component, a removal.
+	Cause error
+	// RolledBack lists the components returned to their revision from
+	// before the step; Kept lists the new components left in place
+	// (a rollback never uninstalls).
+	RolledBack, Kept []string
+	// RollbackErr is set when the rollback itself failed.
+	RollbackErr error
+	// Version is the version the platform is at now.
+	Version string
+}
+
+func (e *FailedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "upgrade step %s failed: %v", e.Step, e.Cause)
+	switch {
+	case e.RollbackErr != nil:
+		fmt.Fprintf(&b, "; rolling back FAILED: %v (run `onprem rollback` to retry)", e.RollbackErr)
+	case len(e.RolledBack) > 0:
+		fmt.Fprintf(&b, "; rolled back %s to their revisions from before the step", strings.Join(e.RolledBack, ", "))
+	default:
+		b.WriteString("; no component had been changed, nothing to roll back")
+	}
+	if len(e.Kept) > 0 {
+		fmt.Fprintf(&b, "; new components left installed: %s", strings.Join(e.Kept, ", "))
+	}
+	fmt.Fprintf(&b, "; the platform is at %s", e.Version)
+	return b.String()
+}
+
+func (e *FailedError) Unwrap() error { return e.Cause }
+
+// Run applies the plan's steps in order: for each, it backs up what the
+// step's migrations touch, runs the migrations, upgrades the components in
+// dependency order with waits, removes the components the release dropped,
+// and records the step. When a migration or a component fails, every
+// component the step changed is rolled back to its revision from before
+// the step, the failure is recorded, and a *FailedError says what failed.
+// Nothing is ever uninstalled to recover.
+//
+// The state is saved after every phase, so an upgrade that was killed is
+// resumed by running it again: completed migrations are not run again, and
+// the interrupted step keeps the revisions it would roll back to.
+func Run(ctx context.Context, o RunOptions) (*Result, error) {
+	if o.Plan == nil || o.State == nil || o.Store == nil {
+		return nil, errors.New("upgrade: a plan and the state are required")
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = apply.DefaultTimeout
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	op := o.State.Current()
+	if op == nil {
+		return nil, errors.New("upgrade: no running operation in the state (Store.Begin first)")
+	}
+	if o.Releases == nil {
+		o.Releases = apply.NewHelmReleases(o.Getter, o.State.Namespace, o.Charts)
+	}
+	res := &Result{From: o.Plan.From, To: o.Plan.To}
+	for i, sp := range o.Plan.Steps {
+		fmt.Fprintf(o.Progress, "step %d/%d: %s → %s\n", i+1, len(o.Plan.Steps), sp.From, sp.To)
+		sr, err := runStep(ctx, o, sp)
+		res.Steps = append(res.Steps, sr)
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// save writes the state with the step record as the running operation's
+// last step.
+func save(ctx context.Context, o RunOptions, rec *state.Step) error {
+	op := o.State.Current()
+	if op == nil {
+		return errors.New("upgrade: the running operation vanished from the state")
+	}
+	if n := len(op.Steps); n > 0 && op.Steps[n-1].From == rec.From && op.Steps[n-1].To == rec.To && op.Steps[n-1].Started.Equal(rec.Started) {
+		op.Steps[n-1] = *rec
+	} else {
+		op.Steps = append(op.Steps, *rec)
+	}
+	return o.Store.Save(context.WithoutCancel(ctx), o.State)
+}
+
+// interrupted returns the step an earlier, interrupted upgrade left
+// running for the same edge, or nil.
+func interrupted(st *state.State, from, to string) *state.Step {
+	for i := len(st.History) - 1; i >= 0; i-- {
+		op := &st.History[i]
+		if op.Outcome == state.OutcomeRunning || op.Kind != state.KindUpgrade {
+			continue
+		}
+		if n := len(op.Steps); n > 0 {
+			s := &op.Steps[n-1]
+			if s.From == from && s.To == to && s.Outcome == state.OutcomeRunning {
+				return s
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+// before records the revision of every component the step may change.
+func before(ctx context.Context, o RunOptions, sp *StepPlan) (map[string]int, error) {
+	out := map[string]int{}
+	for _, c := range sp.Components {
+		last, err := o.Releases.Last(ctx, c.Name)
+		if err != nil {
+			return nil, fmt.Errorf("reading release %s: %w", c.Name, err)
+		}
+		switch {
+		case last == nil:
+			out[c.Name] = 0
+		case last.Deployed:
+			out[c.Name] = last.Revision
+		default:
+			// A failed or pending release: the state holds the last
+			// revision that was good.
+			out[c.Name] = o.State.Components[c.Name].Revision
+		}
+	}
+	return out, nil
+}
+
+func runStep(ctx context.Context, o RunOptions, sp *StepPlan) (StepResult, error) {
+	now := time.Now().UTC()
+	rec := &state.Step{From: sp.From, To: sp.To, Started: now, Outcome: state.OutcomeRunning, Phase: PhaseBackup}
+	if old := interrupted(o.State, sp.From, sp.To); old != nil {
+		// Resume: roll back to what was there before the first attempt,
+		// not to what the interrupted one left half done.
+		rec.Before = old.Before
+		old.Outcome, old.Message = state.OutcomeFailed, "interrupted; resumed by operation "+o.State.Current().ID
+		fmt.Fprintf(o.Progress, "  resuming the step an earlier upgrade left unfinished (phase %s)\n", old.Phase)
+	} else {
+		b, err := before(ctx, o, sp)
+		if err != nil {
+			return StepResult{Step: *rec}, err
+		}
+		rec.Before = b
+	}
+	if err := save(ctx, o, rec); err != nil {
+		return StepResult{Step: *rec}, err
+	}
+	sr := StepResult{}
+	finish := func(err error) (StepResult, error) {
+		rec.Finished = time.Now().UTC()
+		if err == nil {
+			rec.Outcome, rec.Phase = state.OutcomeSucceeded, PhaseDone
+			o.State.Version = sp.To
+		} else if rec.Outcome == state.OutcomeRunning {
+			rec.Outcome = state.OutcomeFailed
+		}
+		if err != nil {
+			rec.Message = err.Error()
+		}
+		if serr := save(ctx, o, rec); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		sr.Step = *rec
+		return sr, err
+	}
+
+	// Backups and migrations, in the release's order.
+	if err := runTasks(ctx, o, sp, rec); err != nil {
+		return finish(o.rollback(ctx, sp, rec, err))
+	}
+
+	rec.Phase = PhaseApply
+	if err := save(ctx, o, rec); err != nil {
+		return finish(err)
+	}
+	if o.Secrets != nil {
+		if err := o.Secrets(ctx, sp.Result); err != nil {
+			return finish(fmt.Errorf("generating secrets: %w", err))
+		}
+	}
+	fmt.Fprintf(o.Progress, "  upgrading components\n")
+	rep, aerr := apply.Apply(ctx, apply.Options{
+		Getter: o.Getter, Client: o.Client, Result: sp.Result, Concurrency: o.Concurrency,
+		Timeout: o.Timeout, Reporter: o.Reporter, Charts: o.Charts, Releases: releaser(o),
+	})
+	if rep != nil {
+		sr.Components = rep.Components
+		for _, c := range rep.Components {
+			if c.Action == apply.Installed || c.Action == apply.Upgraded {
+				rec.Applied = append(rec.Applied, c.Name)
+			}
+		}
+		Record(o.State, sp.Result, rep)
+	}
+	if aerr != nil {
+		return finish(o.rollback(ctx, sp, rec, aerr))
+	}
+
+	rec.Phase = PhaseRemove
+	if err := save(ctx, o, rec); err != nil {
+		return finish(err)
+	}
+	for _, c := range sp.Components {
+		if c.Change != ComponentRemoved {
+			continue
+		}
+		fmt.Fprintf(o.Progress, "  removing %s (release %s dropped it; its history is kept for a rollback)\n", c.Name, sp.To)
+		if err := o.Releases.Retire(ctx, c.Name, o.Timeout); err != nil {
+			// Every component of the new release is ready: the step
+			// is not rolled back for this, and a re-run retries.
+			return finish(fmt.Errorf("removing %s, which release %s dropped: %w (every component of %s is ready; run the upgrade again to retry the removal)", c.Name, sp.To, err, sp.To))
+		}
+		delete(o.State.Components, c.Name)
+		rec.Removed = append(rec.Removed, c.Name)
+	}
+	return finish(nil)
+}
+
+// releaser gives apply the same releases the upgrade uses, when they can
+// apply (tests may hand in their own).
+func releaser(o RunOptions) apply.Releaser {
+	if r, ok := o.Releases.(apply.Releaser); ok {
+		return r
+	}
+	return nil
+}
+
+// runTasks runs the step's backups and migrations in order, skipping the
+// migrations that already completed and the backups taken only for them.
+func runTasks(ctx context.Context, o RunOptions, sp *StepPlan, rec *state.Step) error {
+	ns := o.State.Namespace
+	op := o.State.Current()
+	tasks := sp.Result.Tasks
+	// A backup belongs to the next migration after it.
+	skip := make([]bool, len(tasks))
+	for i := len(tasks) - 1; i >= 0; i-- {
+		t := tasks[i]
+		if t.Kind == render.TaskMigration {
+			skip[i] = o.State.Migrated(t.Migration)
+			continue
+		}
+		if i+1 < len(tasks) {
+			skip[i] = skip[i+1]
+		}
+	}
+	claimReady := false
+	for i, t := range tasks {
+		if skip[i] {
+			if t.Kind == render.TaskMigration {
+				fmt.Fprintf(o.Progress, "  migration %s already completed, not run again\n", t.Migration)
+			}
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		switch t.Kind {
+		case render.TaskBackup:
+			if !claimReady {
+				if err := ensureBackupClaim(ctx, o.Client, ns, o.StorageClass, o.BackupSize); err != nil {
+					return err
+				}
+				claimReady = true
+			}
+			rec.Phase = PhaseBackup
+			file := path.Join(render.BackupMount, sp.To, op.ID, t.Service+"-"+t.Engine+render.BackupExtension[t.Engine])
+			job, err := backupJob(t, file)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.Progress, "  backing up the %s database of %s to %s:%s\n", t.Engine, t.Service, render.BackupClaim, file)
+			b := state.Backup{Engine: t.Engine, Service: t.Service, Claim: render.BackupClaim, Path: file, Job: t.Name}
+			if err := runJob(ctx, o.Client, ns, job, t.Timeout); err != nil {
+				return fmt.Errorf("backing up the %s database of %s: %w", t.Engine, t.Service, err)
+			}
+			b.Finished = time.Now().UTC()
+			rec.Backups = append(rec.Backups, b)
+		case render.TaskMigration:
+			rec.Phase = PhaseMigrate
+			if err := save(ctx, o, rec); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.Progress, "  running migration %s (%s, up to %s)\n", t.Migration, t.Component, t.Timeout)
+			if err := runJob(ctx, o.Client, ns, t.Job, t.Timeout); err != nil {
+				return fmt.Errorf("migration %s: %w", t.Migration, err)
+			}
+			rec.Migrations = append(rec.Migrations, t.Migration)
+			o.State.Migrations = append(o.State.Migrations, state.Migration{Name: t.Migration, Version: sp.To, Operation: op.ID, Finished: time.Now().UTC()})
+		}
+		if err := save(ctx, o, rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollback returns every component the step changed to its revision from
+// before the step, records it, and returns the *FailedError to report.
+func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step, cause error) error {
+	fe := &FailedError{Step: sp.From + " → " + sp.To, Cause: cause, Version: o.State.Version}
+	if ctx.Err() != nil {
+		// Interrupted (a signal, a lost lock): leave the step as it is;
+		// the next upgrade resumes it, or `onprem rollback` undoes it.
+		fe.RollbackErr = fmt.Errorf("not attempted: %w", context.Cause(ctx))
+		return fe
+	}
+	rec.Phase = PhaseRollback
+	_ = save(ctx, o, rec)
+	fmt.Fprintf(o.Progress, "  step failed: %v\n  rolling back the step's components\n", cause)
+	rolled, kept, err := RollBack(ctx, o.Releases, o.State, rec.Before, o.Timeout, o.Progress)
+	fe.RolledBack, fe.Kept, fe.RollbackErr = rolled, kept, err
+	rec.RolledBack = rolled
+	if err == nil {
+		rec.Outcome = state.OutcomeRolledBack
+	}
+	return fe
+}
+
+// RollBack returns every component whose release is no longer at its
+// revision in before (upgraded, failed, or retired since) to that
+// revision, in reverse dependency order of the state, and updates the
+// components' records. Components that did not exist before (revision 0)
+// are left as they are: a rollback never uninstalls. It returns the
+// components rolled back and those left.
+func RollBack(ctx context.Context, rel Releases, st *state.State, before map[string]int, timeout time.Duration, progress io.Writer) (rolled, kept []string, err error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	names := make([]string, 0, len(before))
+	for n := range before {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var errs []error
+	for _, name := range names {
+		rev := before[name]
+		last, lerr := rel.Last(ctx, name)
+		if lerr != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, lerr))
+			continue
+		}
+		if rev == 0 {
+			if last != nil {
+				kept = append(kept, name)
+			}
+			continue
+		}
+		if last != nil && last.Deployed && last.Revision == rev {
+			continue
+		}
+		fmt.Fprintf(progress, "  rolling %s back to revision %d\n", name, rev)
+		newRev, rerr := rel.Rollback(ctx, name, rev, timeout)
+		if rerr != nil {
+			errs = append(errs, rerr)
+			continue
+		}
+		rolled = append(rolled, name)
+		c := st.Components[name]
+		c.Release, c.Revision, c.Status, c.UpdatedAt = name, newRev, "rolled back to revision "+fmt.Sprint(rev), time.Now().UTC()
+		if info, ierr := rel.Last(ctx, name); ierr == nil && info != nil {
+			c.Digest = info.Digest
+		}
+		if st.Components == nil {
+			st.Components = map[string]state.Component{}
+		}
+		st.Components[name] = c
+	}
+	return rolled, kept, errors.Join(errs...)
+}
+
+// Record writes each applied component's release into the state (install
+// and upgrade share it).
+func Record(st *state.State, res *render.Result, rep *apply.Report) {
+	if st.Components == nil {
+		st.Components = map[string]state.Component{}
+	}
+	now := time.Now().UTC()
+	for _, r := range rep.Components {
+		c := res.Component(r.Name)
+		if c == nil || r.Action == apply.Skipped {
+			continue
+		}
+		prev := st.Components[r.Name]
+		sc := state.Component{Chart: c.Chart, ChartVersion: c.ChartVersion, Release: r.Name, Revision: r.Revision,
+			Digest: r.Digest, Status: string(r.Action), UpdatedAt: now, DependsOn: c.DependsOn}
+		if r.Action == apply.Failed {
+			sc.Revision, sc.Digest = prev.Revision, prev.Digest
+			sc.Status = "failed: " + r.Error
+		}
+		st.Components[r.Name] = sc
+	}
+}
