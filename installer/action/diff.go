@@ -47,6 +47,16 @@ func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	comps, err := liveDiff(ctx, cl, res)
+	if err != nil {
+		return nil, err
+	}
+	return &DiffResult{Namespace: res.Namespace, Version: res.Version, Components: comps}, nil
+}
+
+// liveDiff diffs a rendered platform against the cluster, with the
+// generated secrets' values redacted.
+func liveDiff(ctx context.Context, cl *kube.Cluster, res *render.Result) ([]diff.Component, error) {
 	dyn, err := dynamic.NewForConfig(cl.Config)
 	if err != nil {
 		return nil, err
@@ -64,12 +74,8 @@ func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
 		return nil, fmt.Errorf("reading generated secrets to redact them: %w", err)
 	}
 	releases := apply.NewHelmReleases(cl.Getter, res.Namespace, nil)
-	comps, err := diff.Run(ctx, diff.Options{
+	return diff.Run(ctx, diff.Options{
 		Dynamic: dyn, Mapper: mapper, Result: res, Manifest: releases.Manifest,
 		Redact: func(s string) string { return secrets.Redact(s, values...) },
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &DiffResult{Namespace: res.Namespace, Version: res.Version, Components: comps}, nil
 }

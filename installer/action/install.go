@@ -14,6 +14,7 @@ import (
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
 	"onprem.dev/onprem/preflight"
+	"onprem.dev/onprem/upgrade"
 )
 
 // Install makes a cluster match the configuration: it takes the
@@ -112,20 +113,11 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 
-	lock, err := state.Acquire(ctx, cl.Client, res.Namespace, state.LockOptions{Holder: state.DefaultHolder("install"), Wait: i.LockWait, LeaseDuration: i.LockLease})
+	ctx, unlock, err := lockInstallation(ctx, cl, res.Namespace, "install", i.LockWait, i.LockLease)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-lock.Lost():
-			cancel(errors.New("lost the installation lock (another onprem took it over, or the API server was unreachable for longer than the lease)"))
-		case <-ctx.Done():
-		}
-	}()
-	defer lock.Release(context.WithoutCancel(ctx))
+	defer unlock()
 
 	store := state.NewStore(cl.Client, res.Namespace)
 	st, err := store.Load(ctx)
@@ -136,11 +128,11 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.Version != "" && st.Version != res.Version {
+		return nil, inputErr(&VersionChangeError{Installed: st.Version, Configured: res.Version, Namespace: res.Namespace})
+	}
 	out.FromVersion = st.Version
 	kind := state.KindInstall
-	if st.Version != "" && st.Version != res.Version {
-		kind = state.KindUpgrade
-	}
 	host, _ := os.Hostname()
 	st.Installation, st.Namespace = in.Metadata.Name, res.Namespace
 	if err := store.Begin(ctx, st, state.Operation{
@@ -165,7 +157,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	arep, aerr := apply.Apply(ctx, applyOpts)
 	if arep != nil {
 		out.Components = arep.Components
-		recordComponents(st, res, arep)
+		upgrade.Record(st, res, arep)
 	}
 	out.Elapsed = time.Since(start)
 	if aerr != nil {
@@ -192,24 +184,36 @@ func componentNames(res *render.Result) []string {
 	return names
 }
 
-// recordComponents writes each applied component's release into the state.
-func recordComponents(st *state.State, res *render.Result, rep *apply.Report) {
-	if st.Components == nil {
-		st.Components = map[string]state.Component{}
+// VersionChangeError: install was asked for a version other than the
+// installed one. Changing versions is an upgrade (with its path, backups,
+// migrations and rollback), never a re-install.
+type VersionChangeError struct {
+	Installed, Configured, Namespace string
+}
+
+func (e *VersionChangeError) Error() string {
+	return fmt.Sprintf("platform %s is installed in namespace %s but the configuration asks for %s: install does not change versions; "+
+		"run `onprem upgrade plan --to %s` then `onprem upgrade apply --to %s` (or set spec.version back to %s)",
+		e.Installed, e.Namespace, e.Configured, e.Configured, e.Configured, e.Installed)
+}
+
+// lockInstallation takes the installation's lock and returns a context
+// that is cancelled if the lock is lost, and the function that releases it.
+func lockInstallation(ctx context.Context, cl *kube.Cluster, namespace, verb string, wait, lease time.Duration) (context.Context, func(), error) {
+	lock, err := state.Acquire(ctx, cl.Client, namespace, state.LockOptions{Holder: state.DefaultHolder(verb), Wait: wait, LeaseDuration: lease})
+	if err != nil {
+		return nil, nil, err
 	}
-	now := time.Now().UTC()
-	for _, r := range rep.Components {
-		c := res.Component(r.Name)
-		if c == nil || r.Action == apply.Skipped {
-			continue
+	lctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-lock.Lost():
+			cancel(errors.New("lost the installation lock (another onprem took it over, or the API server was unreachable for longer than the lease)"))
+		case <-lctx.Done():
 		}
-		prev := st.Components[r.Name]
-		sc := state.Component{Chart: c.Chart, ChartVersion: c.ChartVersion, Release: r.Name, Revision: r.Revision,
-			Digest: r.Digest, Status: string(r.Action), UpdatedAt: now, DependsOn: c.DependsOn}
-		if r.Action == apply.Failed {
-			sc.Revision, sc.Digest = prev.Revision, prev.Digest
-			sc.Status = "failed: " + r.Error
-		}
-		st.Components[r.Name] = sc
-	}
+	}()
+	return lctx, func() {
+		cancel(nil)
+		lock.Release(context.WithoutCancel(ctx))
+	}, nil
 }

@@ -1,0 +1,411 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/upgrade"
+)
+
+// upgradePlatform is the whole platform (pipelines for the 2.7.0
+// migration, gitops for the component 2.8.0 drops) at a version.
+func upgradePlatform(version string, extra ...string) string {
+	return "  version: " + version + "\n  domain: ci.example.com\n" + strings.Join(extra, "")
+}
+
+// overlay writes a kustomize Component that annotates the pod template of
+// the object of kind/name (how an operator, or a test on the integration
+// ring, marks pods for the simulated kubelet).
+func overlay(t *testing.T, kind, name, annotation string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "fault")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body := `apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+patches:
+  - target: {kind: ` + kind + `, name: ` + name + `}
+    patch: |
+      - op: add
+        path: /spec/template/metadata/annotations
+        value: {` + annotation + `: "true"}
+`
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "  overlays: [" + dir + "]\n"
+}
+
+func installAt(t *testing.T, c *testcluster.Cluster, version string) (Source, kube.Options) {
+	t.Helper()
+	src, cl := clusterConfig(t, c, upgradePlatform(version))
+	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(context.Background()); err != nil {
+		t.Fatalf("installing %s: %v", version, err)
+	}
+	return src, cl
+}
+
+func loadState(t *testing.T, c kubernetes.Interface) *state.State {
+	t.Helper()
+	st, err := state.NewStore(c, "onprem").Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func revisions(t *testing.T, c *testcluster.Cluster) map[string]string {
+	t.Helper()
+	h := apply.NewHelmReleases(kubeGetter(t, c).Getter, "onprem", nil)
+	names, err := h.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, n := range names {
+		last, err := h.Last(context.Background(), n)
+		if err != nil || last == nil {
+			t.Fatalf("release %s: %v", n, err)
+		}
+		out[n] = last.Status + "/" + last.Chart
+	}
+	return out
+}
+
+func kubeGetter(t *testing.T, c *testcluster.Cluster) *kube.Cluster {
+	t.Helper()
+	cl, err := kube.Connect(context.Background(), kube.Options{Kubeconfig: c.Kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+func image(t *testing.T, c kubernetes.Interface, kind, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	var spec corev1.PodSpec
+	switch kind {
+	case "Deployment":
+		d, err := c.AppsV1().Deployments("onprem").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec = d.Spec.Template.Spec
+	case "StatefulSet":
+		s, err := c.AppsV1().StatefulSets("onprem").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec = s.Spec.Template.Spec
+	}
+	return spec.Containers[0].Image
+}
+
+func lastOp(st *state.State) state.Operation { return st.History[len(st.History)-1] }
+
+// The whole path 2.6.3 → 2.7.0 (required stop) → 2.8.0: plan, refusals of
+// bad targets, apply with backups and migrations, removal of the component
+// 2.8.0 drops, rollback of the last step, and an upgrade again that does
+// not run the completed migrations twice.
+func TestUpgradeAcrossTwoStepsAndRollback(t *testing.T) {
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	_, cl := installAt(t, c, "2.6.3")
+	src, _ := clusterConfig(t, c, upgradePlatform("2.8.0"))
+
+	// install does not change versions.
+	_, err := (&Install{Source: src, Cluster: cl}).Run(ctx)
+	var vc *VersionChangeError
+	var ie *InputError
+	if !errors.As(err, &vc) || !errors.As(err, &ie) || !strings.Contains(err.Error(), "onprem upgrade apply --to 2.8.0") {
+		t.Fatalf("install of another version: %v", err)
+	}
+
+	// Bad targets are input errors that list where 2.6.3 can go.
+	for _, to := range []string{"9.9.9", "2.6.0"} {
+		_, err := (&UpgradePlan{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl, To: to}}).Run(ctx)
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "reachable from 2.6.3: 2.7.0") {
+			t.Errorf("--to %s: %v", to, err)
+		}
+	}
+
+	plan, err := (&UpgradePlan{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, ServerDryRun: true}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Steps) != 2 || plan.Steps[0].To != "2.7.0" || plan.Steps[1].To != "2.8.0" || !plan.Steps[0].Required {
+		t.Fatalf("path = %+v", plan.Plan)
+	}
+	if len(plan.Steps[0].Diff) == 0 || len(plan.Steps[1].Diff) == 0 {
+		t.Error("a step shows no object diff")
+	}
+	if len(plan.DryRun) != 2 || plan.DryRun[0].Error != "" || plan.DryRun[1].Error != "" {
+		t.Errorf("server dry run = %+v", plan.DryRun)
+	}
+	change := func(step int, name string) upgrade.ComponentChange {
+		for _, cc := range plan.Steps[step].Components {
+			if cc.Name == name {
+				return cc
+			}
+		}
+		t.Fatalf("step %d: no component %s", step, name)
+		return upgrade.ComponentChange{}
+	}
+	if cc := change(1, "gitops-manager"); cc.Change != upgrade.ComponentRemoved {
+		t.Errorf("gitops-manager in 2.8.0: %+v", cc)
+	}
+	if cc := change(1, "mongodb"); cc.Change != upgrade.ComponentChanged || len(cc.Images) != 1 || !strings.HasSuffix(cc.Images[0].To, ":7.0.16") {
+		t.Errorf("mongodb in 2.8.0: %+v", cc)
+	}
+	if m := plan.Steps[0].Migrations; len(m) != 1 || m[0].Name != "pipelines-build-index-v2" || !slices.Equal(m[0].Backups, []string{"mongodb/pipelines-api"}) {
+		t.Errorf("2.7.0 migrations = %+v", m)
+	}
+	for name, data := range generated(t, c.Client, "onprem") {
+		for _, v := range data {
+			for _, s := range plan.Steps {
+				for _, dc := range s.Diff {
+					for _, o := range dc.Objects {
+						if len(v) >= 16 && strings.Contains(o.Diff, string(v)) {
+							t.Errorf("the value of secret %s appears in the plan's diff", name)
+						}
+					}
+				}
+			}
+		}
+	}
+	if st := loadState(t, c.Client); st.Version != "2.6.3" || len(st.History) != 1 {
+		t.Fatalf("planning changed the state: %+v", st)
+	}
+
+	res, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 2 * time.Minute}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Version != "2.8.0" || len(res.Steps) != 2 {
+		t.Fatalf("result = %+v", res)
+	}
+	st := loadState(t, c.Client)
+	op := lastOp(st)
+	if st.Version != "2.8.0" || op.Kind != state.KindUpgrade || op.Outcome != state.OutcomeSucceeded || len(op.Steps) != 2 {
+		t.Fatalf("state after upgrade: version %s, op %+v", st.Version, op)
+	}
+	for i, want := range []struct{ migration, backup string }{
+		{"pipelines-build-index-v2", "/backups/2.7.0/" + op.ID + "/pipelines-api-mongodb.archive.gz"},
+		{"audit-log-partitions", "/backups/2.8.0/" + op.ID + "/audit-manager-postgresql.pgdump"},
+	} {
+		s := op.Steps[i]
+		if s.Outcome != state.OutcomeSucceeded || !slices.Equal(s.Migrations, []string{want.migration}) ||
+			len(s.Backups) != 1 || s.Backups[0].Path != want.backup || s.Backups[0].Claim != render.BackupClaim {
+			t.Errorf("step %d = %+v", i, s)
+		}
+		if !st.Migrated(want.migration) {
+			t.Errorf("migration %s not recorded", want.migration)
+		}
+	}
+	if !slices.Equal(op.Steps[1].Removed, []string{"gitops-manager"}) {
+		t.Errorf("2.8.0 removed %v", op.Steps[1].Removed)
+	}
+	if _, ok := st.Components["gitops-manager"]; ok {
+		t.Error("gitops-manager still recorded")
+	}
+	for _, job := range []string{"onprem-migration-pipelines-build-index-v2", "onprem-backup-audit-manager-postgresql"} {
+		j, err := c.Client.BatchV1().Jobs("onprem").Get(ctx, job, metav1.GetOptions{})
+		if err != nil || j.Status.Succeeded != 1 {
+			t.Errorf("job %s: %v %+v", job, err, j.Status)
+		}
+	}
+	if _, err := c.Client.CoreV1().PersistentVolumeClaims("onprem").Get(ctx, render.BackupClaim, metav1.GetOptions{}); err != nil {
+		t.Errorf("backup claim: %v", err)
+	}
+	if _, err := c.Client.AppsV1().Deployments("onprem").Get(ctx, "gitops-manager", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("gitops-manager deployment still there: %v", err)
+	}
+	if img := image(t, c.Client, "StatefulSet", "mongodb"); !strings.HasSuffix(img, ":7.0.16") {
+		t.Errorf("mongodb image = %s", img)
+	}
+	// --to below the installed version: exit 2 material.
+	_, err = (&UpgradePlan{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl, To: "2.7.0"}}).Run(ctx)
+	var de *upgrade.DowngradeError
+	if !errors.As(err, &de) || !errors.As(err, &ie) {
+		t.Errorf("downgrade: %v", err)
+	}
+
+	// Roll the last step back: gitops-manager returns, MongoDB's image
+	// goes back, the recorded version is 2.7.0.
+	rb, err := (&Rollback{Target: Target{Cluster: cl, ConfigPath: src.ConfigPath}, Timeout: 2 * time.Minute}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rb.From != "2.8.0" || rb.To != "2.7.0" || !slices.Contains(rb.RolledBack, "gitops-manager") || !slices.Contains(rb.RolledBack, "mongodb") {
+		t.Errorf("rollback = %+v", rb)
+	}
+	if len(rb.Backups) != 1 || !strings.HasSuffix(rb.Backups[0].Path, "audit-manager-postgresql.pgdump") {
+		t.Errorf("rollback names no backup: %+v", rb.Backups)
+	}
+	st = loadState(t, c.Client)
+	if st.Version != "2.7.0" || lastOp(st).Kind != state.KindRollback || lastOp(st).Outcome != state.OutcomeSucceeded {
+		t.Fatalf("after rollback: %s %+v", st.Version, lastOp(st))
+	}
+	if img := image(t, c.Client, "StatefulSet", "mongodb"); !strings.HasSuffix(img, ":7.0.14") {
+		t.Errorf("mongodb image after rollback = %s", img)
+	}
+	if img := image(t, c.Client, "Deployment", "gitops-manager"); !strings.HasSuffix(img, ":2.7.0") {
+		t.Errorf("gitops-manager after rollback = %s", img)
+	}
+	for name, rel := range revisions(t, c) {
+		if !strings.HasPrefix(rel, "deployed/") {
+			t.Errorf("release %s after rollback: %s", name, rel)
+		}
+	}
+
+	// Upgrade again: the 2.8.0 migration completed already and is not
+	// run again; gitops-manager is removed again.
+	res, err = (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 2 * time.Minute}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 1 || len(res.Steps[0].Migrations) != 0 || len(res.Steps[0].Backups) != 0 || !slices.Equal(res.Steps[0].Removed, []string{"gitops-manager"}) {
+		t.Errorf("second upgrade = %+v", res.Steps)
+	}
+	if loadState(t, c.Client).Version != "2.8.0" {
+		t.Error("not at 2.8.0")
+	}
+}
+
+// A migration Job that exits 1: nothing else was touched, the step is
+// recorded as rolled back, the platform stays at 2.6.3, and the error says
+// which Job failed with which exit code.
+func TestFailedMigrationLeavesThePlatformAsItWas(t *testing.T) {
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	installAt(t, c, "2.6.3")
+	before := revisions(t, c)
+	src, cl := clusterConfig(t, c, upgradePlatform("2.7.0",
+		overlay(t, "Job", "onprem-migration-pipelines-build-index-v2", testcluster.AnnotationFail)))
+	_, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: time.Minute}).Run(ctx)
+	var fe *upgrade.FailedError
+	var jf *upgrade.JobFailedError
+	if !errors.As(err, &fe) || !errors.As(err, &jf) || !strings.Contains(err.Error(), "exited with code 1") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(fe.RolledBack) != 0 || fe.Version != "2.6.3" {
+		t.Errorf("failure = %+v", fe)
+	}
+	st := loadState(t, c.Client)
+	op := lastOp(st)
+	if st.Version != "2.6.3" || op.Outcome != state.OutcomeFailed || len(op.Steps) != 1 || op.Steps[0].Outcome != state.OutcomeRolledBack {
+		t.Fatalf("state = %s %+v", st.Version, op)
+	}
+	if len(op.Steps[0].Backups) != 1 || st.Migrated("pipelines-build-index-v2") {
+		t.Errorf("step = %+v, migrations %+v", op.Steps[0], st.Migrations)
+	}
+	if after := revisions(t, c); !mapsEqual(before, after) {
+		t.Errorf("releases changed: before %v, after %v", before, after)
+	}
+}
+
+// A component that never becomes ready: every component the step changed
+// goes back to its revision from before, and the platform stays at 2.6.3
+// (the migration that did complete is recorded and will not run again).
+func TestNeverReadyComponentRollsTheStepBack(t *testing.T) {
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	installAt(t, c, "2.6.3")
+	src, cl := clusterConfig(t, c, upgradePlatform("2.7.0",
+		overlay(t, "Deployment", "pipelines-api", testcluster.AnnotationNeverReady)))
+	_, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 20 * time.Second}).Run(ctx)
+	var fe *upgrade.FailedError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "pipelines-api") || fe.RollbackErr != nil {
+		t.Fatalf("err = %v", err)
+	}
+	if !slices.Contains(fe.RolledBack, "pipelines-api") || !slices.Contains(fe.RolledBack, "redis") {
+		t.Errorf("rolled back %v", fe.RolledBack)
+	}
+	if img := image(t, c.Client, "Deployment", "pipelines-api"); !strings.HasSuffix(img, ":2.6.3") {
+		t.Errorf("pipelines-api image = %s", img)
+	}
+	if img := image(t, c.Client, "StatefulSet", "redis"); strings.HasSuffix(img, ":7.2.7") {
+		t.Errorf("redis image = %s, still 2.7.0's", img)
+	}
+	st := loadState(t, c.Client)
+	op := lastOp(st)
+	if st.Version != "2.6.3" || op.Steps[0].Outcome != state.OutcomeRolledBack || !st.Migrated("pipelines-build-index-v2") {
+		t.Errorf("state = %s %+v", st.Version, op.Steps)
+	}
+	for name, rel := range revisions(t, c) {
+		if !strings.HasPrefix(rel, "deployed/") {
+			t.Errorf("release %s: %s", name, rel)
+		}
+	}
+	// Without the fault the same upgrade goes through, without running
+	// the migration again.
+	src, _ = clusterConfig(t, c, upgradePlatform("2.7.0"))
+	res, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: time.Minute}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 1 || len(res.Steps[0].Migrations) != 0 {
+		t.Errorf("retry = %+v", res.Steps)
+	}
+	jobs, _ := c.Client.BatchV1().Jobs("onprem").List(ctx, metav1.ListOptions{LabelSelector: render.TaskLabel})
+	for _, j := range jobs.Items {
+		if !jobDone(&j) {
+			t.Errorf("job %s did not complete", j.Name)
+		}
+	}
+}
+
+func jobDone(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestUpgradeWithoutAnInstallation(t *testing.T) {
+	c := testcluster.Start(t)
+	src, cl := clusterConfig(t, c, upgradePlatform("2.8.0"))
+	_, err := (&UpgradePlan{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}}).Run(context.Background())
+	var ni *NotInstalledError
+	var ie *InputError
+	if !errors.As(err, &ni) || !errors.As(err, &ie) || !strings.Contains(err.Error(), "onprem adopt") {
+		t.Fatalf("err = %v", err)
+	}
+	_, err = (&Rollback{Target: Target{Cluster: cl, ConfigPath: src.ConfigPath}}).Run(context.Background())
+	if !errors.As(err, &ni) {
+		t.Errorf("rollback: %v", err)
+	}
+}
