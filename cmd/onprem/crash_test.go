@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -38,16 +39,20 @@ func TestMain(m *testing.M) {
 // own class, so that no cluster-scoped object is shared between the
 // namespaces of the test.
 func crashConfig(t *testing.T, dir, ns string) string {
+	return crashConfigAt(t, dir, ns, "2.8.0")
+}
+
+func crashConfigAt(t *testing.T, dir, ns, version string) string {
 	t.Helper()
-	path := filepath.Join(dir, ns+".yaml")
+	path := filepath.Join(dir, ns+"-"+version+".yaml")
 	body := fmt.Sprintf(`apiVersion: onprem.dev/v1alpha1
 kind: Installation
 spec:
-  version: 2.8.0
+  version: %s
   domain: ci.example.com
   namespace: %s
   ingress: {mode: existing, className: shared}
-`, ns)
+`, version, ns)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -182,14 +187,7 @@ func TestCrashSafety(t *testing.T) {
 	ctx := context.Background()
 	const lease = 2 * time.Second
 	cl := kube.Options{Kubeconfig: c.Kubeconfig}
-	// The cluster's own ingress class, which the configuration names
-	// (preflight checks that it exists).
-	if _, err := c.Client.NetworkingV1().IngressClasses().Create(ctx, &networkingv1.IngressClass{
-		ObjectMeta: metav1.ObjectMeta{Name: "shared"},
-		Spec:       networkingv1.IngressClassSpec{Controller: "example.com/ingress"},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	sharedIngressClass(t, c)
 
 	install := func(ns string) (*action.InstallResult, error) {
 		return (&action.Install{Source: action.Source{ConfigPath: crashConfig(t, dir, ns)}, Cluster: cl,
@@ -264,5 +262,148 @@ func TestCrashSafety(t *testing.T) {
 	}
 	if len(points) < 6 {
 		t.Errorf("the kills hit only %d distinct points of the install: %v", len(points), points)
+	}
+}
+
+// sharedIngressClass creates the cluster's own ingress class, which the
+// crash configurations name (preflight checks that it exists).
+func sharedIngressClass(t *testing.T, c *testcluster.Cluster) {
+	t.Helper()
+	if _, err := c.Client.NetworkingV1().IngressClasses().Create(context.Background(), &networkingv1.IngressClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "shared"},
+		Spec:       networkingv1.IngressClassSpec{Controller: "example.com/ingress"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killAfter runs onprem with args as a child process and SIGKILLs its
+// process group after delay.
+func killAfter(t *testing.T, delay time.Duration, args ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(delay)
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	cmd.Wait()
+}
+
+// upgradePoint says where a killed upgrade stopped, from its record.
+func upgradePoint(st *state.State) string {
+	for i := len(st.History) - 1; i >= 0; i-- {
+		op := st.History[i]
+		if op.Kind != state.KindUpgrade {
+			continue
+		}
+		if len(op.Steps) == 0 {
+			return "before the first step"
+		}
+		s := op.Steps[len(op.Steps)-1]
+		return fmt.Sprintf("step %s → %s %s (%s)", s.From, s.To, s.Phase, s.Outcome)
+	}
+	return "before the upgrade began"
+}
+
+// TestUpgradeCrashSafety kills `onprem upgrade apply` 2.6.3 → 2.8.0 with
+// SIGKILL at several points. Half the time `onprem upgrade apply` is run
+// again and must converge to the end state of a clean upgrade; the other
+// half `onprem rollback` is run first and must return to the version
+// before the interrupted step with every release deployed, after which the
+// upgrade converges too. Generated secrets never change.
+func TestUpgradeCrashSafety(t *testing.T) {
+	c := testcluster.Start(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	const lease = 2 * time.Second
+	cl := kube.Options{Kubeconfig: c.Kubeconfig}
+	sharedIngressClass(t, c)
+	install := func(ns string) {
+		t.Helper()
+		if _, err := (&action.Install{Source: action.Source{ConfigPath: crashConfigAt(t, dir, ns, "2.6.3")}, Cluster: cl,
+			Timeout: 2 * time.Minute, LockLease: lease}).Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upgrade := func(ns string) error {
+		_, err := (&action.UpgradeApply{UpgradeTarget: action.UpgradeTarget{Source: action.Source{ConfigPath: crashConfigAt(t, dir, ns, "2.8.0")}, Cluster: cl},
+			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: lease}).Run(ctx)
+		return err
+	}
+	install("upgrade-ref")
+	start := time.Now()
+	if err := upgrade("upgrade-ref"); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	ref := take(t, c.Client, "upgrade-ref")
+	ref.Secrets = nil
+	t.Logf("clean upgrade took %s: %d objects, %d releases", took, len(ref.Objects), len(ref.Releases))
+
+	const kills = 6
+	points := map[string]bool{}
+	for i := 0; i < kills; i++ {
+		ns := fmt.Sprintf("upgrade-%d", i)
+		install(ns)
+		secrets := take(t, c.Client, ns).Secrets
+		delay := took * time.Duration(2*i+1) / (2 * kills)
+		killAfter(t, delay, "upgrade", "apply", "-c", crashConfigAt(t, dir, ns, "2.8.0"), "--kubeconfig", c.Kubeconfig,
+			"--lock-lease", lease.String(), "--timeout", "2m")
+		st, err := state.NewStore(c.Client, ns).Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		point := upgradePoint(st)
+		points[point] = true
+		t.Logf("kill %d after %-6s: %s, platform at %s", i, delay.Round(10*time.Millisecond), point, st.Version)
+
+		if i%2 == 1 {
+			good := st.Version
+			if _, err := (&action.Rollback{Target: action.Target{Cluster: cl, Namespace: ns}, Timeout: 2 * time.Minute,
+				LockWait: time.Minute, LockLease: lease}).Run(ctx); err != nil && !errors.Is(err, action.ErrNothingToRollBack) {
+				t.Fatalf("kill %d: rollback: %v", i, err)
+			}
+			after := take(t, c.Client, ns)
+			st, _ := state.NewStore(c.Client, ns).Load(ctx)
+			for name, status := range after.Releases {
+				if status != "deployed" && !(name == "gitops-manager" && status == "uninstalled") {
+					t.Errorf("kill %d: after rollback release %s is %s", i, name, status)
+				}
+			}
+			if st.Version == "" || (st.Version != good && st.Version != "2.6.3" && st.Version != "2.7.0") {
+				t.Errorf("kill %d: after rollback the platform is at %q", i, st.Version)
+			}
+		}
+		if err := upgrade(ns); err != nil {
+			t.Fatalf("kill %d: upgrade after the kill: %v", i, err)
+		}
+		got := take(t, c.Client, ns)
+		for name, data := range secrets {
+			if !reflect.DeepEqual(got.Secrets[name], data) {
+				t.Errorf("kill %d: generated secret %s changed", i, name)
+			}
+		}
+		got.Secrets = nil
+		if !reflect.DeepEqual(got, ref) {
+			t.Errorf("kill %d: end state differs from a clean upgrade\n got: %v %v\nwant: %v %v", i, got.Objects, got.Releases, ref.Objects, ref.Releases)
+		}
+		st, err = state.NewStore(c.Client, ns).Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Version != "2.8.0" || !st.Migrated("pipelines-build-index-v2") || !st.Migrated("audit-log-partitions") {
+			t.Errorf("kill %d: state at %s, migrations %+v", i, st.Version, st.Migrations)
+		}
+		for _, op := range st.History {
+			if op.Outcome == state.OutcomeRunning {
+				t.Errorf("kill %d: operation %s still recorded as running", i, op.ID)
+			}
+		}
+	}
+	if len(points) < 3 {
+		t.Errorf("the kills hit only %d distinct points of the upgrade: %v", len(points), points)
 	}
 }
