@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/kube"
@@ -123,6 +126,15 @@ func (a *Adopt) Run(ctx context.Context) (*AdoptResult, error) {
 			aerr.Problems = append(aerr.Problems, fmt.Sprintf("component %s: the release runs chart %s but platform %s has %s (is spec.version the version this platform runs?)", c.Name, last.Chart, res.Version, want))
 			continue
 		}
+		manifest, err := releases.Manifest(ctx, c.Name)
+		if err != nil {
+			return nil, fmt.Errorf("reading release %s: %w", c.Name, err)
+		}
+		if got, want := imageTags(manifest), renderedTags(c); !slices.Equal(got, want) {
+			aerr.Problems = append(aerr.Problems, fmt.Sprintf("component %s: the release runs %s but platform %s has %s (is spec.version the version this platform runs?)",
+				c.Name, strings.Join(got, ", "), res.Version, strings.Join(want, ", ")))
+			continue
+		}
 		adopted[c.Name] = state.Component{Chart: c.Chart, ChartVersion: c.ChartVersion, Release: c.Name, Revision: last.Revision,
 			Status: "adopted", UpdatedAt: now, DependsOn: c.DependsOn}
 		out.Components = append(out.Components, AdoptedComponent{Name: c.Name, Chart: last.Chart, Revision: last.Revision})
@@ -160,4 +172,43 @@ func (a *Adopt) Run(ctx context.Context) (*AdoptResult, error) {
 		return nil, fmt.Errorf("recording the adoption: %w", err)
 	}
 	return out, nil
+}
+
+// imageTags lists the name:tag (last path element) of every container
+// image in a release manifest, sorted: the registry may differ between a
+// plain Helm install and onprem's rendering, the images may not.
+func imageTags(manifest string) []string {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			break
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return tagsOf(objs)
+}
+
+func renderedTags(c *render.Component) []string { return tagsOf(c.Objects) }
+
+func tagsOf(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		for _, f := range []string{"initContainers", "containers"} {
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", f)
+			for _, ct := range cs {
+				m, _ := ct.(map[string]any)
+				img, _ := m["image"].(string)
+				if i := strings.LastIndex(img, "/"); i >= 0 {
+					img = img[i+1:]
+				}
+				out = append(out, img)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -409,3 +409,77 @@ func TestUpgradeWithoutAnInstallation(t *testing.T) {
 		t.Errorf("rollback: %v", err)
 	}
 }
+
+// A platform whose Helm releases exist but that onprem has no record of
+// (installed with plain Helm): adopt refuses a wrong version and missing
+// secrets, listing every problem and recording nothing, then records it
+// without changing a release, and the platform can be upgraded from there.
+func TestAdoptAPlatformInstalledWithHelm(t *testing.T) {
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	_, cl := installAt(t, c, "2.6.3")
+	// What a plain Helm install leaves: the releases and the secrets, but
+	// no onprem record.
+	if err := state.NewStore(c.Client, "onprem").Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := revisions(t, c)
+	redis, err := c.Client.CoreV1().Secrets("onprem").Get(ctx, "onprem-redis", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.CoreV1().Secrets("onprem").Delete(ctx, "onprem-redis", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	src28, _ := clusterConfig(t, c, upgradePlatform("2.8.0"))
+	_, err = (&Adopt{Source: src28, Cluster: cl}).Run(ctx)
+	var ae *AdoptError
+	var ie *InputError
+	if !errors.As(err, &ae) || !errors.As(err, &ie) {
+		t.Fatalf("adopt as 2.8.0: %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"component mongodb: the release runs mongo:7.0.14", "component audit-manager", "secret onprem-redis is missing"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("adopt as 2.8.0 does not say %q:\n%s", want, msg)
+		}
+	}
+	src, _ := clusterConfig(t, c, upgradePlatform("2.6.3"))
+	_, err = (&Adopt{Source: src, Cluster: cl}).Run(ctx)
+	if !errors.As(err, &ae) || len(ae.Problems) != 1 || !strings.Contains(ae.Problems[0], "onprem-redis") {
+		t.Fatalf("adopt without the redis secret: %v", err)
+	}
+	if st := loadState(t, c.Client); st.Stored() {
+		t.Fatal("a refused adoption recorded something")
+	}
+
+	redis.ResourceVersion, redis.UID = "", ""
+	if _, err := c.Client.CoreV1().Secrets("onprem").Create(ctx, redis, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := (&Adopt{Source: src, Cluster: cl}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every release but onprem's own namespace-level one (which a plain
+	// Helm install would not have, and the next upgrade installs).
+	if res.Version != "2.6.3" || len(res.Components) != len(before)-1 || !slices.Equal(res.Pending, []string{"platform"}) {
+		t.Errorf("adopted %+v, releases %v", res, before)
+	}
+	st := loadState(t, c.Client)
+	if st.Version != "2.6.3" || lastOp(st).Kind != state.KindAdopt || st.Components["mongodb"].Revision != 1 {
+		t.Errorf("state = %s %+v %+v", st.Version, lastOp(st), st.Components["mongodb"])
+	}
+	if after := revisions(t, c); !mapsEqual(before, after) {
+		t.Errorf("adopt changed releases: %v → %v", before, after)
+	}
+	if _, err := (&Adopt{Source: src, Cluster: cl}).Run(ctx); err == nil || !strings.Contains(err.Error(), "already holds") {
+		t.Errorf("second adopt: %v", err)
+	}
+	src27, _ := clusterConfig(t, c, upgradePlatform("2.7.0"))
+	up, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src27, Cluster: cl}, Timeout: time.Minute}).Run(ctx)
+	if err != nil || up.Version != "2.7.0" {
+		t.Fatalf("upgrade after adopt: %v", err)
+	}
+}
