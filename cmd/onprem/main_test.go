@@ -124,7 +124,7 @@ func TestVersionsJSONAndSchema(t *testing.T) {
 }
 
 func TestHelpTeaches(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"render", "--help"}, {"config", "validate", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"render", "--help"}, {"config", "validate", "--help"}, {"upgrade", "apply", "--help"}, {"rollback", "--help"}, {"adopt", "--help"}} {
 		code, stdout, _ := cli(t, t.TempDir(), args...)
 		if code != 0 || !strings.Contains(stdout, "Usage:") {
 			t.Errorf("%v: %d", args, code)
@@ -134,6 +134,15 @@ func TestHelpTeaches(t *testing.T) {
 	for _, want := range []string{"--set", "--component", "Example", "chart defaults < release"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("render --help lacks %q", want)
+		}
+	}
+}
+
+func TestUpgradeHelpExplainsRollback(t *testing.T) {
+	_, stdout, _ := cli(t, t.TempDir(), "upgrade", "apply", "--help")
+	for _, want := range []string{"--to", "rolled back", "Nothing is uninstalled", "onprem rollback", "Exit codes"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("upgrade apply --help lacks %q", want)
 		}
 	}
 }

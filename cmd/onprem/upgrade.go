@@ -202,8 +202,8 @@ the step, the failure and the rollback are recorded, and the command exits
 1 saying what failed and why. Nothing is uninstalled to recover.
 
 If onprem is killed mid-way, run the same command again: it resumes the
-interrupted step (completed migrations do not run again), or use 'onprem
-rollback' to return to the version before that step.
+interrupted step (completed migrations do not run again). Or run
+'onprem rollback' to return to the version before that step.
 
 Exit codes: 0 upgraded (or nothing to do), 1 a step failed (rolled back),
 2 bad input (unknown or older --to, no installation recorded), 3 cluster

@@ -1,0 +1,88 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/state"
+)
+
+// fakeReleases keeps each release's revision and whether it is deployed.
+type fakeReleases struct {
+	last     map[string]*apply.ReleaseInfo
+	rolled   []string
+	failRoll string
+}
+
+func (f *fakeReleases) Last(_ context.Context, name string) (*apply.ReleaseInfo, error) {
+	return f.last[name], nil
+}
+
+func (f *fakeReleases) Rollback(_ context.Context, name string, revision int, _ time.Duration) (int, error) {
+	if name == f.failRoll {
+		return 0, errors.New("rollback of " + name + " refused")
+	}
+	cur := f.last[name]
+	f.last[name] = &apply.ReleaseInfo{Revision: cur.Revision + 1, Deployed: true, Status: "deployed", Digest: "d" + name}
+	f.rolled = append(f.rolled, name)
+	return cur.Revision + 1, nil
+}
+
+func (f *fakeReleases) Retire(_ context.Context, name string, _ time.Duration) error {
+	f.last[name].Status, f.last[name].Deployed = "uninstalled", false
+	return nil
+}
+
+func TestRollBackReturnsOnlyWhatChangedAndNeverUninstalls(t *testing.T) {
+	f := &fakeReleases{last: map[string]*apply.ReleaseInfo{
+		"same":     {Revision: 3, Deployed: true},
+		"upgraded": {Revision: 4, Deployed: true},
+		"failed":   {Revision: 5, Status: "failed"},
+		"retired":  {Revision: 2, Status: "uninstalled"},
+		"new":      {Revision: 1, Deployed: true},
+	}}
+	st := &state.State{Components: map[string]state.Component{"upgraded": {Chart: "service", Revision: 4}}}
+	before := map[string]int{"same": 3, "upgraded": 3, "failed": 4, "retired": 2, "new": 0, "never-installed": 0}
+	rolled, kept, err := RollBack(context.Background(), f, st, before, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"failed", "retired", "upgraded"}; !slices.Equal(rolled, want) || !slices.Equal(f.rolled, want) {
+		t.Errorf("rolled back %v (calls %v), want %v", rolled, f.rolled, want)
+	}
+	if !slices.Equal(kept, []string{"new"}) {
+		t.Errorf("kept %v, want [new]", kept)
+	}
+	if c := st.Components["upgraded"]; c.Revision != 5 || c.Chart != "service" || !strings.Contains(c.Status, "revision 3") || c.Digest != "dupgraded" {
+		t.Errorf("record of upgraded = %+v", c)
+	}
+}
+
+func TestRollBackReportsEveryFailureAndGoesOn(t *testing.T) {
+	f := &fakeReleases{failRoll: "a", last: map[string]*apply.ReleaseInfo{
+		"a": {Revision: 2, Deployed: true}, "b": {Revision: 2, Deployed: true},
+	}}
+	rolled, _, err := RollBack(context.Background(), f, &state.State{}, map[string]int{"a": 1, "b": 1}, time.Minute, nil)
+	if err == nil || !strings.Contains(err.Error(), "rollback of a refused") || !slices.Equal(rolled, []string{"b"}) {
+		t.Errorf("rolled %v, err %v", rolled, err)
+	}
+}
+
+func TestFailedErrorSaysWhatHappened(t *testing.T) {
+	e := &FailedError{Step: "2.7.0 → 2.8.0", Cause: errors.New("component x did not become ready"),
+		RolledBack: []string{"x", "y"}, Kept: []string{"z"}, Version: "2.7.0"}
+	for _, want := range []string{"2.7.0 → 2.8.0 failed", "x did not become ready", "rolled back x, y", "left installed: z", "at 2.7.0"} {
+		if !strings.Contains(e.Error(), want) {
+			t.Errorf("%q lacks %q", e.Error(), want)
+		}
+	}
+	e.RollbackErr = errors.New("boom")
+	if !strings.Contains(e.Error(), "rolling back FAILED: boom") || !strings.Contains(e.Error(), "onprem rollback") {
+		t.Errorf("%q", e.Error())
+	}
+}
