@@ -122,3 +122,24 @@ func (s *Set) Get(v string) (*Release, error) {
 	}
 	return nil, &UnknownVersionError{Version: v, Known: s.Versions()}
 }
+
+// With returns a new set holding s's releases with rels added; a release of
+// rels replaces the one of the same version in s (a bundle's manifest, with
+// every image pinned by digest, takes the place of the embedded one).
+func (s *Set) With(rels ...*Release) *Set {
+	out := &Set{}
+	replaced := map[string]bool{}
+	for _, r := range rels {
+		replaced[r.Version] = true
+	}
+	for _, r := range s.releases {
+		if !replaced[r.Version] {
+			out.releases = append(out.releases, r)
+		}
+	}
+	out.releases = append(out.releases, rels...)
+	sort.Slice(out.releases, func(i, j int) bool {
+		return semver.MustParse(out.releases[i].Version).LessThan(semver.MustParse(out.releases[j].Version))
+	})
+	return out
+}
