@@ -28,15 +28,15 @@ type PlanOptions struct {
 	From, To string
 	// Set holds --set overrides, applied to every step.
 	Set []string
-	// Charts and Manifests default to the embedded ones (a bundle brings
-	// its own).
-	Charts, Manifests fs.FS
 	// Installer is this onprem's version; Kubernetes the cluster's ("" to
 	// skip that check).
 	Installer, Kubernetes string
 	// Migrated reports whether a migration already completed (from the
 	// state; nil: none did).
 	Migrated func(name string) bool
+	// Content returns the charts and manifests of a release version (a
+	// bundle's); nil, or nil file systems: the embedded ones.
+	Content func(version string) (charts, manifests fs.FS)
 }
 
 // Plan is an upgrade, step by step.
@@ -66,6 +66,8 @@ type StepPlan struct {
 	Result *render.Result `json:"-"`
 	// Release is the step's release.
 	Release *release.Release `json:"-"`
+	// Charts are the step's charts (nil: the embedded ones).
+	Charts fs.FS `json:"-"`
 }
 
 // Kinds of component changes.
@@ -138,8 +140,9 @@ func MakePlan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %s: rendering release %s: %w", st, st.To.Version, err)
 		}
+		charts, _ := opts.content(st.To.Version)
 		sp := &StepPlan{From: st.From.Version, To: st.To.Version, Required: st.To.Required, Notes: st.To.Notes,
-			Result: cur, Release: st.To, Components: compare(prev, cur)}
+			Result: cur, Release: st.To, Charts: charts, Components: compare(prev, cur)}
 		sp.Migrations = migrations(cur, opts.Migrated)
 		if len(p.Steps) > 0 {
 			sp.Diff = diff.Rendered(prev, cur)
@@ -154,8 +157,17 @@ func MakePlan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 func renderRelease(ctx context.Context, opts PlanOptions, rel *release.Release, tasks bool) (*render.Result, error) {
 	in := *opts.Installation
 	in.Spec.Version = rel.Version
+	charts, manifests := opts.content(rel.Version)
 	return render.Render(ctx, render.Options{Installation: &in, Release: rel, Set: opts.Set,
-		Charts: opts.Charts, Manifests: opts.Manifests, Tasks: tasks})
+		Charts: charts, Manifests: manifests, Tasks: tasks})
+}
+
+// content returns a release's charts and manifests.
+func (o PlanOptions) content(version string) (fs.FS, fs.FS) {
+	if o.Content == nil {
+		return nil, nil
+	}
+	return o.Content(version)
 }
 
 func migrations(res *render.Result, migrated func(string) bool) []MigrationPlan {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"path"
 	"slices"
 	"strings"
@@ -44,11 +43,9 @@ type RunOptions struct {
 	Client kubernetes.Interface
 	Getter genericclioptions.RESTClientGetter
 	// Releases defaults to the Helm SDK's (apply.NewHelmReleases).
-	Releases Releases
-	Store    *state.Store
-	State    *state.State
-	// Charts: nil for the embedded ones.
-	Charts      fs.FS
+	Releases    Releases
+	Store       *state.Store
+	State       *state.State
 	Concurrency int
 	// Timeout bounds each component's apply and wait, and each rollback.
 	Timeout time.Duration
@@ -137,7 +134,7 @@ func Run(ctx context.Context, o RunOptions) (*Result, error) {
 		return nil, errors.New("upgrade: no running operation in the state (Store.Begin first)")
 	}
 	if o.Releases == nil {
-		o.Releases = apply.NewHelmReleases(o.Getter, o.State.Namespace, o.Charts)
+		o.Releases = apply.NewHelmReleases(o.Getter, o.State.Namespace, nil)
 	}
 	res := &Result{From: o.Plan.From, To: o.Plan.To}
 	for i, sp := range o.Plan.Steps {
@@ -262,7 +259,7 @@ func runStep(ctx context.Context, o RunOptions, sp *StepPlan) (StepResult, error
 	fmt.Fprintf(o.Progress, "  upgrading components\n")
 	rep, aerr := apply.Apply(ctx, apply.Options{
 		Getter: o.Getter, Client: o.Client, Result: sp.Result, Concurrency: o.Concurrency,
-		Timeout: o.Timeout, Reporter: o.Reporter, Charts: o.Charts, Releases: releaser(o),
+		Timeout: o.Timeout, Reporter: o.Reporter, Charts: sp.Charts, Releases: releaser(o),
 	})
 	if rep != nil {
 		sr.Components = rep.Components
@@ -297,9 +294,13 @@ func runStep(ctx context.Context, o RunOptions, sp *StepPlan) (StepResult, error
 	return finish(nil)
 }
 
-// releaser gives apply the same releases the upgrade uses, when they can
-// apply (tests may hand in their own).
+// releaser gives apply the releases the upgrade uses when they can apply
+// (tests hand in their own); the Helm SDK's are made per step by apply,
+// with the step's charts.
 func releaser(o RunOptions) apply.Releaser {
+	if _, helm := o.Releases.(*apply.HelmReleases); helm {
+		return nil
+	}
 	if r, ok := o.Releases.(apply.Releaser); ok {
 		return r
 	}

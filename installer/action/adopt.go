@@ -70,7 +70,8 @@ func (a *Adopt) Run(ctx context.Context) (*AdoptResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release})
+	defer l.Close()
+	res, err := render.Render(ctx, l.RenderOptions(nil))
 	if err != nil {
 		return nil, err
 	}

@@ -35,7 +35,8 @@ func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release, Set: d.Set})
+	defer l.Close()
+	res, err := render.Render(ctx, l.RenderOptions(d.Set))
 	if err != nil {
 		var se *render.SetError
 		if errors.As(err, &se) {

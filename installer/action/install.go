@@ -71,10 +71,11 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer l.Close()
 	if err := l.Release.CheckInstaller(version.Version); err != nil {
 		return nil, err
 	}
-	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release, Set: i.Set})
+	res, err := render.Render(ctx, l.RenderOptions(i.Set))
 	if err != nil {
 		var se *render.SetError
 		if errors.As(err, &se) {
@@ -101,7 +102,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 	applyOpts := apply.Options{
-		Getter: cl.Getter, Client: cl.Client, Result: res,
+		Getter: cl.Getter, Client: cl.Client, Result: res, Charts: l.Charts(l.Release.Version),
 		Concurrency: i.Concurrency, Timeout: i.Timeout, DryRun: i.DryRun, Reporter: i.Reporter,
 	}
 	if i.DryRun {

@@ -50,7 +50,8 @@ func (p *Preflight) Run(ctx context.Context) (*preflight.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release, Set: p.Set})
+	defer l.Close()
+	res, err := render.Render(ctx, l.RenderOptions(p.Set))
 	if err != nil {
 		var se *render.SetError
 		if errors.As(err, &se) {

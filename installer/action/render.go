@@ -25,10 +25,11 @@ func (r *Render) Run(ctx context.Context) (*render.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer l.Close()
 	if err := l.Release.CheckInstaller(version.Version); err != nil {
 		return nil, err
 	}
-	res, err := render.Render(ctx, render.Options{Installation: l.Installation, Release: l.Release, Set: r.Set})
+	res, err := render.Render(ctx, l.RenderOptions(r.Set))
 	if err != nil {
 		var se *render.SetError
 		if errors.As(err, &se) {

@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 
 	"github.com/sethvargo/go-envconfig"
+
+	"onprem.dev/onprem/installer/bundle"
+	"onprem.dev/onprem/installer/render"
 
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/release"
@@ -26,6 +30,15 @@ type Source struct {
 	Lookup envconfig.Lookuper
 	// Releases are the known releases (default: the embedded ones).
 	Releases *release.Set
+	// Bundles are air-gapped bundles ('onprem bundle create'): each one's
+	// release, with every image pinned by digest, takes the place of the
+	// embedded one of the same version, and is rendered with the bundle's
+	// own charts and manifests. Every image is then pulled from
+	// spec.registry, which is required.
+	Bundles []string
+	// PublicKey, when set, is the file of the public key every bundle must
+	// be signed with.
+	PublicKey string
 }
 
 // Loaded is a read, defaulted and validated configuration with its release.
@@ -34,6 +47,36 @@ type Loaded struct {
 	Source       *config.Source
 	Release      *release.Release
 	Releases     *release.Set
+
+	// content holds the charts and manifests of the releases that came
+	// from bundles, by version; the others use the embedded ones.
+	content map[string]content
+	bundles []*bundle.Bundle
+}
+
+// content is where one release's charts and manifests come from.
+type content struct{ charts, manifests fs.FS }
+
+// Charts returns the charts of a release version (nil: the embedded ones).
+func (l *Loaded) Charts(version string) fs.FS { return l.content[version].charts }
+
+// Manifests returns the kustomize tree of a release version (nil: the
+// embedded one).
+func (l *Loaded) Manifests(version string) fs.FS { return l.content[version].manifests }
+
+// RenderOptions are the options to render the configured release: with
+// its bundle's charts and manifests when it came from one.
+func (l *Loaded) RenderOptions(set []string) render.Options {
+	v := l.Release.Version
+	return render.Options{Installation: l.Installation, Release: l.Release, Set: set, Charts: l.Charts(v), Manifests: l.Manifests(v)}
+}
+
+// Close releases the bundles.
+func (l *Loaded) Close() {
+	for _, b := range l.bundles {
+		_ = b.Close()
+	}
+	l.bundles = nil
 }
 
 // Load reads the configuration (file < env < flags, then defaults),
@@ -44,6 +87,26 @@ func (s Source) Load(ctx context.Context) (*Loaded, error) {
 		var err error
 		if set, err = release.Embedded(); err != nil {
 			return nil, err
+		}
+	}
+	var opened []*bundle.Bundle
+	cont := map[string]content{}
+	if len(s.Bundles) > 0 {
+		var err error
+		opened, err = s.openBundles(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var rels []*release.Release
+		for _, b := range opened {
+			rels = append(rels, b.Release())
+			cont[b.Release().Version] = content{charts: b.Charts(), manifests: b.Manifests()}
+		}
+		set = set.With(rels...)
+	}
+	closeAll := func() {
+		for _, b := range opened {
+			_ = b.Close()
 		}
 	}
 	lookup := s.Lookup
@@ -65,14 +128,78 @@ func (s Source) Load(ctx context.Context) (*Loaded, error) {
 		Validate:  config.ValidateOptions{KnownVersions: set.Versions(), KnownComponents: components},
 	})
 	if errors.Is(err, fs.ErrNotExist) {
+		closeAll()
 		return nil, inputErr(err)
 	}
 	if err != nil {
+		closeAll()
 		return nil, err
 	}
 	rel, err := set.Get(in.Spec.Version)
 	if err != nil {
+		closeAll()
 		return nil, fmt.Errorf("spec.version: %w", err)
 	}
-	return &Loaded{Installation: in, Source: src, Release: rel, Releases: set}, nil
+	if err := checkBundled(in, opened); err != nil {
+		closeAll()
+		return nil, inputErr(err)
+	}
+	return &Loaded{Installation: in, Source: src, Release: rel, Releases: set, content: cont, bundles: opened}, nil
+}
+
+// openBundles opens and verifies every bundle (checksums of every file,
+// and the signature when a public key is given). Two bundles of one
+// version are refused.
+func (s Source) openBundles(ctx context.Context) ([]*bundle.Bundle, error) {
+	var opts bundle.OpenOptions
+	if s.PublicKey != "" {
+		pub, err := bundle.LoadPublicKey(s.PublicKey)
+		if err != nil {
+			return nil, inputErr(fmt.Errorf("--public-key: %w", err))
+		}
+		opts.PublicKey = pub
+	}
+	var out []*bundle.Bundle
+	fail := func(err error) ([]*bundle.Bundle, error) {
+		for _, b := range out {
+			_ = b.Close()
+		}
+		return nil, err
+	}
+	seen := map[string]string{}
+	for _, p := range s.Bundles {
+		if _, err := os.Stat(p); err != nil {
+			return fail(inputErr(fmt.Errorf("--bundle %s: %w", p, err)))
+		}
+		b, err := bundle.Open(ctx, p, opts)
+		if err != nil {
+			return fail(fmt.Errorf("--bundle %s: %w", p, err))
+		}
+		out = append(out, b)
+		v := b.Release().Version
+		if other, dup := seen[v]; dup {
+			return fail(inputErr(fmt.Errorf("--bundle %s and %s both hold platform %s: give one", other, p, v)))
+		}
+		seen[v] = p
+	}
+	return out, nil
+}
+
+// checkBundled checks that a configuration can use the bundles' images:
+// they are only in the private registry they were pushed to, under the
+// platform path they were bundled from.
+func checkBundled(in *config.Installation, bundles []*bundle.Bundle) error {
+	if len(bundles) == 0 {
+		return nil
+	}
+	if in.Spec.Registry.Host == "" {
+		return errors.New("spec.registry.host: required when installing from a bundle: set it (and spec.registry.pathPrefix) to the registry the bundle was pushed to with 'onprem bundle push'")
+	}
+	for _, b := range bundles {
+		if want := b.Metadata().PlatformImages; want != "" && want != in.Spec.Images.Platform {
+			return fmt.Errorf("spec.images.platform is %q but bundle %s was made from %q, and its images were pushed under that path: set spec.images.platform: %q",
+				in.Spec.Images.Platform, b.Path(), want, want)
+		}
+	}
+	return nil
 }

@@ -43,6 +43,7 @@ func (t Target) namespace(ctx context.Context) (string, error) {
 			if err != nil {
 				return "", err
 			}
+			l.Close()
 			return l.Installation.Spec.Namespace, nil
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return "", err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -56,6 +57,12 @@ func (u UpgradeTarget) makePlan(ctx context.Context, lock func(*kube.Cluster, st
 	if err != nil {
 		return ctx, nil, err
 	}
+	ok := false
+	defer func() {
+		if !ok {
+			l.Close()
+		}
+	}()
 	cl, err := kube.Connect(ctx, u.Cluster)
 	if err != nil {
 		return ctx, nil, err
@@ -81,6 +88,7 @@ func (u UpgradeTarget) makePlan(ctx context.Context, lock func(*kube.Cluster, st
 	p, err := upgrade.MakePlan(ctx, upgrade.PlanOptions{
 		Installation: l.Installation, Releases: l.Releases, From: st.Version, To: to, Set: u.Set,
 		Installer: version.Version, Kubernetes: cl.ServerVersion, Migrated: st.Migrated,
+		Content: func(v string) (fs.FS, fs.FS) { return l.Charts(v), l.Manifests(v) },
 	})
 	if err != nil {
 		return ctx, nil, versionErr(err, l.Releases, st.Version)
@@ -89,6 +97,7 @@ func (u UpgradeTarget) makePlan(ctx context.Context, lock func(*kube.Cluster, st
 	if err != nil {
 		return ctx, nil, err
 	}
+	ok = true
 	return ctx, &planned{loaded: l, cl: cl, store: store, st: st, plan: p, target: target}, nil
 }
 
@@ -151,6 +160,7 @@ func (u *UpgradePlan) Run(ctx context.Context) (*UpgradePlanResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer p.loaded.Close()
 	out := &UpgradePlanResult{Installation: p.loaded.Installation.Metadata.Name, Namespace: p.st.Namespace, Plan: p.plan}
 	if len(p.plan.Steps) == 0 {
 		return out, nil
@@ -165,7 +175,7 @@ func (u *UpgradePlan) Run(ctx context.Context) (*UpgradePlanResult, error) {
 		var failed error
 		for _, sp := range p.plan.Steps {
 			rep, err := apply.Apply(ctx, apply.Options{Getter: p.cl.Getter, Client: p.cl.Client, Result: sp.Result,
-				Concurrency: u.Concurrency, DryRun: true})
+				Charts: sp.Charts, Concurrency: u.Concurrency, DryRun: true})
 			dr := StepDryRun{Step: sp.From + " → " + sp.To}
 			if rep != nil {
 				dr.Components = rep.Components
@@ -246,6 +256,7 @@ func (u *UpgradeApply) Run(ctx context.Context) (*UpgradeResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer p.loaded.Close()
 	in := p.loaded.Installation
 	out := &UpgradeResult{Installation: in.Metadata.Name, Namespace: p.st.Namespace, From: p.plan.From, To: p.plan.To, Version: p.st.Version}
 	if len(p.plan.Steps) == 0 {
