@@ -211,16 +211,8 @@ func TestCrashSafety(t *testing.T) {
 	for i := 0; i < kills; i++ {
 		ns := fmt.Sprintf("crash-%d", i)
 		delay := took * time.Duration(2*i+1) / (2 * kills)
-		cmd := exec.Command(os.Args[0], "install", "-c", crashConfig(t, dir, ns), "--kubeconfig", c.Kubeconfig,
+		killAfter(t, delay, "install", "-c", crashConfig(t, dir, ns), "--kubeconfig", c.Kubeconfig,
 			"--lock-lease", lease.String(), "--timeout", "2m")
-		cmd.Env = append(os.Environ(), childEnv+"=1")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(delay)
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
 		atKill := take(t, c.Client, ns)
 		point := progressOf(atKill)
 		points[point] = true

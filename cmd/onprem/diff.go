@@ -49,6 +49,7 @@ Exit code 0 whether or not there are differences; -o json for scripts.`,
 		},
 	}
 	addSourceFlags(cmd, &a.Source)
+	addBundleFlags(cmd, &a.Source)
 	addClusterFlags(cmd, &a.Cluster)
 	cmd.Flags().StringArrayVar(&a.Set, "set", nil, "override a value: COMPONENT.key=value (repeatable)")
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table (unified diffs), json or yaml")

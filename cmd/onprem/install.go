@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -51,19 +50,14 @@ Exit codes: 0 done, 1 failed, 2 bad configuration or flags, 3 cluster
 unreachable or access refused.`,
 		Example: `  onprem install -c onprem.yaml
   onprem install -c onprem.yaml --dry-run
+  onprem install -c onprem.yaml --bundle platform-2.8.0.bundle --public-key bundle.pub
   onprem install -c onprem.yaml --context prod -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}
 			}
-			a.Preflight = func(r *preflight.Report) {
-				if r.Failed() || hasWarnings(r) {
-					printPreflight(cmd.ErrOrStderr(), r)
-				} else {
-					fmt.Fprintf(cmd.ErrOrStderr(), "preflight: %d checks passed\n", len(r.Findings)-len(r.Skipped))
-				}
-			}
+			a.Preflight = printPreflightSummary(cmd.ErrOrStderr())
 			rep, stop := progress(cmd.ErrOrStderr())
 			a.Reporter = rep
 			res, err := a.Run(cmd.Context())
@@ -77,14 +71,14 @@ unreachable or access refused.`,
 		},
 	}
 	addSourceFlags(cmd, &a.Source)
+	addBundleFlags(cmd, &a.Source)
 	addClusterFlags(cmd, &a.Cluster)
 	cmd.Flags().StringArrayVar(&a.Set, "set", nil, "override a value: COMPONENT.key=value (repeatable)")
 	cmd.Flags().StringArrayVar(&a.SkipChecks, "skip-check", nil, "skip this preflight check (repeatable; recorded in the state; see 'onprem preflight --list')")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "render and validate every object on the API server; change nothing")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready")
-	cmd.Flags().DurationVar(&a.LockWait, "lock-wait", 2*time.Minute, "how long to wait for another onprem working on this installation")
-	cmd.Flags().DurationVar(&a.LockLease, "lock-lease", 30*time.Second, "how long the lock outlives an onprem that was killed; after that another onprem takes it over")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
 }

@@ -66,6 +66,7 @@ Exit code 0 when nothing fails (warnings allowed), 1 when a check fails.`,
 		},
 	}
 	addSourceFlags(cmd, &a.Source)
+	addBundleFlags(cmd, &a.Source)
 	addClusterFlags(cmd, &a.Cluster)
 	cmd.Flags().StringArrayVar(&a.Set, "set", nil, "override a value: COMPONENT.key=value (repeatable)")
 	cmd.Flags().StringArrayVar(&a.Skip, "skip-check", nil, "do not run this check (repeatable; see --list)")

@@ -42,6 +42,7 @@ install, and exist only in the cluster.`,
 		},
 	}
 	addSourceFlags(cmd, &a.Source)
+	addBundleFlags(cmd, &a.Source)
 	cmd.Flags().StringVar(&a.Component, "component", "", "render only this component")
 	cmd.Flags().StringArrayVar(&a.Set, "set", nil, "override a value: COMPONENT.key=value (repeatable, Helm syntax)")
 	cmd.Flags().StringVarP(&format, "output", "o", output.YAML, "output: yaml or json")

@@ -145,6 +145,13 @@ func addSourceFlags(cmd *cobra.Command, src *action.Source) {
 	strFlag(&o.RegistryPathPrefix, "registry-prefix", "override spec.registry.pathPrefix (ONPREM_REGISTRY_PATH_PREFIX)")
 }
 
+// addBundleFlags adds --bundle and --public-key: install, render and
+// upgrade from air-gapped bundles.
+func addBundleFlags(cmd *cobra.Command, src *action.Source) {
+	cmd.Flags().StringArrayVar(&src.Bundles, "bundle", nil, "use this air-gapped bundle's release, charts and manifests ('onprem bundle create'); its images are pulled from spec.registry by digest (repeatable: one per version of an upgrade path)")
+	cmd.Flags().StringVar(&src.PublicKey, "public-key", "", "refuse a bundle not signed with this key (a file from 'onprem bundle keygen')")
+}
+
 func chain(a, b func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {
 	if a == nil {
 		return b

@@ -54,8 +54,7 @@ Reads the cluster only; works from any machine with access.`,
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)
-	cmd.Flags().StringVar(&a.Namespace, "namespace", "", "platform namespace (default: from -c if the file exists, else onprem)")
-	cmd.Flags().StringVarP(&a.ConfigPath, "config", "c", "onprem.yaml", "configuration file, read only for its namespace")
+	addTargetFlags(cmd, &a.Target)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	return cmd
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -60,13 +59,11 @@ a terminal, or needs --yes.`,
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)
-	cmd.Flags().StringVar(&a.Namespace, "namespace", "", "platform namespace (default: from -c if the file exists, else onprem)")
-	cmd.Flags().StringVarP(&a.ConfigPath, "config", "c", "onprem.yaml", "configuration file, read only for its namespace")
+	addTargetFlags(cmd, &a.Target)
 	cmd.Flags().BoolVar(&a.Purge, "purge", false, "also delete volumes, generated secrets, the state and the namespace")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm --purge without asking")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to be removed")
-	cmd.Flags().DurationVar(&a.LockWait, "lock-wait", 2*time.Minute, "how long to wait for another onprem working on this installation")
-	cmd.Flags().DurationVar(&a.LockLease, "lock-lease", 30*time.Second, "how long the lock outlives an onprem that was killed; after that another onprem takes it over")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	return cmd
 }

@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/output"
-	"onprem.dev/onprem/preflight"
 	"onprem.dev/onprem/upgrade"
 )
 
@@ -37,6 +35,7 @@ no downgrade (see 'onprem rollback' to undo a step).
 
 func addUpgradeTargetFlags(cmd *cobra.Command, t *action.UpgradeTarget) {
 	addSourceFlags(cmd, &t.Source)
+	addBundleFlags(cmd, &t.Source)
 	addClusterFlags(cmd, &t.Cluster)
 	cmd.Flags().StringVar(&t.To, "to", "", "target version (default: spec.version of the configuration); see 'onprem versions'")
 	cmd.Flags().StringArrayVar(&t.Set, "set", nil, "override a value in every step: COMPONENT.key=value (repeatable)")
@@ -210,20 +209,16 @@ Exit codes: 0 upgraded (or nothing to do), 1 a step failed (rolled back),
 unreachable.`,
 		Example: `  onprem upgrade apply -c onprem.yaml --to 2.8.0
   onprem upgrade apply -c onprem.yaml            # to spec.version
-  onprem upgrade apply -c onprem.yaml --to 2.8.0 -o json`,
+  onprem upgrade apply -c onprem.yaml --to 2.8.0 -o json
+  # air-gapped: one pushed bundle per version of the path
+  onprem upgrade apply -c onprem.yaml --to 2.8.0 --bundle platform-2.7.0.bundle --bundle platform-2.8.0.bundle`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}
 			}
 			stderr := cmd.ErrOrStderr()
-			a.Preflight = func(r *preflight.Report) {
-				if r.Failed() || hasWarnings(r) {
-					printPreflight(stderr, r)
-				} else {
-					fmt.Fprintf(stderr, "preflight: %d checks passed\n", len(r.Findings)-len(r.Skipped))
-				}
-			}
+			a.Preflight = printPreflightSummary(stderr)
 			a.Reporter = apply.NewLineReporter(stderr)
 			a.Progress = func(line string) { fmt.Fprintln(stderr, line) }
 			res, err := a.Run(cmd.Context())
@@ -240,8 +235,7 @@ unreachable.`,
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready (and each rollback)")
 	cmd.Flags().StringVar(&a.BackupSize, "backup-size", upgrade.DefaultBackupSize, "size of the backup claim onprem-backups when it is first created")
-	cmd.Flags().DurationVar(&a.LockWait, "lock-wait", 2*time.Minute, "how long to wait for another onprem working on this installation")
-	cmd.Flags().DurationVar(&a.LockLease, "lock-lease", 30*time.Second, "how long the lock outlives an onprem that was killed")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
 }
@@ -322,11 +316,9 @@ badly after it was installed.`,
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)
-	cmd.Flags().StringVar(&a.Namespace, "namespace", "", "platform namespace (default: from -c if the file exists, else onprem)")
-	cmd.Flags().StringVarP(&a.ConfigPath, "config", "c", "onprem.yaml", "configuration file, read only for its namespace")
+	addTargetFlags(cmd, &a.Target)
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready again")
-	cmd.Flags().DurationVar(&a.LockWait, "lock-wait", 2*time.Minute, "how long to wait for another onprem working on this installation")
-	cmd.Flags().DurationVar(&a.LockLease, "lock-lease", 30*time.Second, "how long the lock outlives an onprem that was killed")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
 }
@@ -381,8 +373,7 @@ cluster unreachable.`,
 	}
 	addSourceFlags(cmd, &a.Source)
 	addClusterFlags(cmd, &a.Cluster)
-	cmd.Flags().DurationVar(&a.LockWait, "lock-wait", 2*time.Minute, "how long to wait for another onprem working on this installation")
-	cmd.Flags().DurationVar(&a.LockLease, "lock-lease", 30*time.Second, "how long the lock outlives an onprem that was killed")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
 }
