@@ -37,11 +37,13 @@ unit:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./installer/config
 
-# Benchmarks: the in-process render of the whole platform, and the same work
-# done by the helm and kustomize command-line tools (built from the module
-# proxy into $(ONPREM_CACHE)/bin by the benchmark itself) for comparison.
+# Benchmarks: the in-process render of the whole platform against the same
+# work done by the helm and kustomize command-line tools (built from the
+# module proxy into $(ONPREM_CACHE)/bin by the benchmark itself); applies,
+# converged installs and preflight on the integration ring; bundle size and
+# push speed against plain per-image archives and crane.Copy.
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 ./installer/render/... ./installer/apply/... ./e2e/testcluster/...
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 ./installer/render/... ./installer/apply/... ./installer/action/... ./installer/bundle/... ./e2e/testcluster/...
 
 clean:
 	rm -rf bin
