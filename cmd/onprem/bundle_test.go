@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"onprem.dev/onprem/e2e/testservers"
+	"onprem.dev/onprem/installer/images"
+	"onprem.dev/onprem/installer/release"
+)
+
+// The behaviour of the bundle verbs is tested in installer/action; these
+// tests check the command line: flags reach the action, exit codes,
+// results on stdout (text or -o json), progress and errors on stderr.
+
+// bundleCLI runs `onprem bundle ARGS...` and returns exit code, stdout and
+// stderr.
+func bundleCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"bundle"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// bundleLayout writes an OCI layout holding every image of release 2.8.0,
+// annotated with its source reference (all on one shared base layer),
+// leaving out the images named in skip.
+func bundleLayout(t *testing.T, skip ...string) string {
+	t.Helper()
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := set.Get("2.8.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "oci")
+	lp, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := static.NewLayer(bytes.Repeat([]byte("base layer "), 4096), types.DockerLayer)
+	for i, img := range rel.Images {
+		if slices.Contains(skip, img.Name) {
+			continue
+		}
+		own := static.NewLayer([]byte(strings.Repeat(img.Name, 100+i)), types.DockerLayer)
+		im, err := mutate.AppendLayers(empty.Image, base, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := images.Repository(img, "quay.io/codefresh") + ":" + img.Tag
+		if err := lp.AppendImage(im, layout.WithAnnotations(map[string]string{"io.containerd.image.name": ref}), layout.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestBundleCommands(t *testing.T) {
+	dir := t.TempDir()
+	keys := filepath.Join(dir, "keys")
+	oci := bundleLayout(t)
+	file := filepath.Join(dir, "platform.bundle")
+
+	code, stdout, stderr := bundleCLI(t, "keygen", "--out", keys)
+	if code != exitOK || !strings.Contains(stdout, filepath.Join(keys, "bundle.key")) || !strings.Contains(stdout, "key id sha256:") || stderr != "" {
+		t.Fatalf("keygen: %d %q %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := bundleCLI(t, "keygen", "--out", keys); code != exitInput || stdout != "" || !strings.Contains(stderr, "--force") {
+		t.Errorf("second keygen: %d %q %q", code, stdout, stderr)
+	}
+	if code, _, stderr := bundleCLI(t, "keygen", "--out", keys, "--force"); code != exitOK {
+		t.Errorf("keygen --force: %d %s", code, stderr)
+	}
+
+	// Result on stdout, progress on stderr.
+	code, stdout, stderr = bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", oci, "--key", filepath.Join(keys, "bundle.key"), "--platform", "linux/amd64", "--concurrency", "2")
+	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 22 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
+		t.Fatalf("create: %d %q %q", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "create: ") || !strings.Contains(stderr, "done in") {
+		t.Errorf("no progress on stderr: %q", stderr)
+	}
+
+	code, stdout, stderr = bundleCLI(t, "inspect", file, "-o", "json")
+	var in struct {
+		Release string
+		Images  []struct{ Name, Reference, Digest string }
+		Charts  []struct{ Name string }
+		Signed  bool
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &in) != nil || in.Release != "2.8.0" || len(in.Images) != 22 || !in.Signed || len(in.Charts) == 0 || stderr != "" {
+		t.Fatalf("inspect -o json: %d %+v %q", code, in, stderr)
+	}
+	if !strings.HasPrefix(in.Images[0].Reference, "docker.io/library/traefik:v3.6.12@sha256:") {
+		t.Errorf("inspect reference %s", in.Images[0].Reference)
+	}
+	if code, stdout, _ := bundleCLI(t, "inspect", file); code != exitOK || !strings.Contains(stdout, "pipelines-api") || json.Valid([]byte(stdout)) {
+		t.Errorf("inspect table: %d %s", code, stdout)
+	}
+	if code, stdout, _ := bundleCLI(t, "inspect", file, "-o", "yaml"); code != exitOK || !strings.Contains(stdout, "release: 2.8.0") {
+		t.Errorf("inspect -o yaml: %d %s", code, stdout)
+	}
+
+	code, stdout, stderr = bundleCLI(t, "verify", file, "--public-key", filepath.Join(keys, "bundle.pub"))
+	if code != exitOK || !strings.Contains(stdout, "signature by sha256:") || !strings.Contains(stdout, "verified") || !strings.Contains(stderr, "verify: ") {
+		t.Errorf("verify: %d %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = bundleCLI(t, "verify", file, "-o", "json")
+	var vr struct {
+		Signed, SignatureVerified bool
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &vr) != nil || !vr.Signed || vr.SignatureVerified {
+		t.Errorf("verify -o json without a key: %d %s", code, stdout)
+	}
+	other := filepath.Join(dir, "other")
+	bundleCLI(t, "keygen", "--out", other)
+	if code, stdout, stderr := bundleCLI(t, "verify", file, "--public-key", filepath.Join(other, "bundle.pub")); code != exitFailure || stdout != "" || !strings.Contains(stderr, "signature does not verify") {
+		t.Errorf("verify with another key: %d %q %q", code, stdout, stderr)
+	}
+
+	host := testservers.Registry(t, testservers.WithBasicAuth("u", "p"))
+	regcred := filepath.Join(dir, "regcred.json")
+	os.WriteFile(regcred, []byte(`{"auths":{"`+host+`":{"username":"u","password":"p"}}}`), 0o600)
+	code, stdout, stderr = bundleCLI(t, "push", file, "--registry", host+"/onprem", "--docker-config", regcred, "--public-key", filepath.Join(keys, "bundle.pub"), "--concurrency", "8", "--insecure", "-o", "json")
+	var sum struct {
+		Registry                     string
+		BlobsCopied, ManifestsPushed int
+		Images                       []struct{ Reference string }
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &sum) != nil || sum.BlobsCopied == 0 || sum.ManifestsPushed != 22 || sum.Registry != host+"/onprem" {
+		t.Fatalf("push: %d %s %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "push: ") || !strings.Contains(stderr, "verify: ") {
+		t.Errorf("push progress: %q", stderr)
+	}
+	if !strings.HasPrefix(sum.Images[0].Reference, host+"/onprem/library/traefik:v3.6.12@sha256:") {
+		t.Errorf("pushed to %s", sum.Images[0].Reference)
+	}
+	code, stdout, _ = bundleCLI(t, "push", file, "--registry", host+"/onprem", "--docker-config", regcred)
+	if code != exitOK || !strings.Contains(stdout, "pushed 22 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
+		t.Errorf("second push: %d %s", code, stdout)
+	}
+	// Refused credentials: exit 1.
+	if code, stdout, stderr := bundleCLI(t, "push", file, "--registry", host+"/onprem"); code != exitFailure || stdout != "" || !strings.Contains(stderr, "registry refused credentials for "+host) {
+		t.Errorf("push without credentials: %d %q %q", code, stdout, stderr)
+	}
+}
+
+// TestBundlePushFailureSaysWhatWasCopied pushes to a registry that takes
+// blobs but refuses manifests: exit 1, and stderr says that running the
+// push again copies the rest.
+func TestBundlePushFailureSaysWhatWasCopied(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.bundle")
+	if code, _, stderr := bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", bundleLayout(t)); code != exitOK {
+		t.Fatalf("create: %d %s", code, stderr)
+	}
+	reg := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") {
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"errors":[{"code":"MANIFEST_INVALID","message":"refused by the test"}]}`)
+			return
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	code, stdout, stderr := bundleCLI(t, "push", file, "--registry", host+"/onprem")
+	if code != exitFailure || stdout != "" || !strings.Contains(stderr, "blobs were copied before the failure; run the same push again") || !strings.Contains(stderr, "refused by the test") {
+		t.Errorf("push: %d %q %q", code, stdout, stderr)
+	}
+}
+
+func TestBundleCommandErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "p.bundle")
+
+	// A missing image: named, exit 1, no file left.
+	code, stdout, stderr := bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", bundleLayout(t, "redis"))
+	if code != exitFailure || stdout != "" || !strings.Contains(stderr, "image redis (docker.io/library/redis:7.2.7)") {
+		t.Errorf("missing image: %d %s", code, stderr)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("left behind: %v", entries)
+	}
+
+	// Bad flags and arguments: exit 2, the flag named on stderr, nothing
+	// on stdout.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"create", "--version", "9.9.9", "-o", file}, "9.9.9"},
+		{[]string{"create", "-o", file}, "--version"},
+		{[]string{"create", "--version", "2.8.0"}, "-o FILE"},
+		{[]string{"create", "-c", filepath.Join(dir, "none.yaml"), "-o", file}, "none.yaml"},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "--image-source", "nope"}, "NAME=PATH"},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "--image-source", "bogus=/tmp"}, `no image "bogus"`},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "--oci-layout", dir}, "--oci-layout"},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "--docker-config", "/nonexistent.json"}, "--docker-config"},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "--key", "/nonexistent.key"}, "nonexistent.key"},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "--platform", "a/b/c/d"}, "--platform"},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "extra"}, "unknown command"},
+		{[]string{"inspect"}, "accepts 1 arg"},
+		{[]string{"inspect", "/nonexistent.bundle"}, "no such file"},
+		{[]string{"inspect", dir}, "is a folder"},
+		{[]string{"inspect", file, "-o", "xml"}, "-o xml"},
+		{[]string{"verify", "/nonexistent.bundle"}, "no such file"},
+		{[]string{"verify", file, "--public-key", "/nonexistent.pub"}, "nonexistent.pub"},
+		{[]string{"verify", file, "-o", "xml"}, "-o xml"},
+		{[]string{"push", file}, "--registry"},
+		{[]string{"push", "/nonexistent.bundle", "--registry", "reg.local/x"}, "no such file"},
+		{[]string{"push", file, "--registry", "reg.local/UPPER"}, "not valid"},
+		{[]string{"push", file, "--registry", "reg.local", "--concurrency", "0"}, "--concurrency"},
+		{[]string{"push", file, "--registry", "reg.local", "-o", "xml"}, "-o xml"},
+		{[]string{"push", file, "--registry", "reg.local", "--bogus-flag"}, "bogus-flag"},
+		{[]string{"keygen"}, "--out"},
+		{[]string{"keygen", "--out", dir, "extra"}, "unknown command"},
+	} {
+		// The bundle file exists for the checks that come after it.
+		if c.args[0] != "create" {
+			os.WriteFile(file, []byte("not a bundle"), 0o644)
+		} else {
+			os.Remove(file)
+		}
+		code, stdout, stderr := bundleCLI(t, c.args...)
+		if code != exitInput || !strings.Contains(stderr, c.want) || stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 mentioning %q", c.args, code, stderr, c.want)
+		}
+	}
+
+	// A file that is not a bundle: exit 1, with the reason.
+	os.WriteFile(file, []byte("not a bundle"), 0o644)
+	for _, verb := range []string{"verify", "inspect"} {
+		if code, stdout, stderr := bundleCLI(t, verb, file); code != exitFailure || stdout != "" || !strings.Contains(stderr, "not valid") {
+			t.Errorf("%s of a file that is not a bundle: %d %q", verb, code, stderr)
+		}
+	}
+}
