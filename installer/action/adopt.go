@@ -86,16 +86,12 @@ func (a *Adopt) Run(ctx context.Context) (*AdoptResult, error) {
 		}
 		return nil, err
 	}
-	ctx, unlock, err := lockInstallation(ctx, cl, ns, "adopt", a.LockWait, a.LockLease)
+	ctx, h, err := lockAndLoad(ctx, cl, ns, "adopt", a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
-	store := state.NewStore(cl.Client, ns)
-	st, err := store.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
+	defer h.unlock()
+	store, st := h.store, h.st
 	if st.Version != "" {
 		return nil, inputErr(fmt.Errorf("namespace %s already holds an onprem installation (platform %s): nothing to adopt; use `onprem upgrade` or `onprem install`", ns, st.Version))
 	}

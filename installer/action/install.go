@@ -114,17 +114,12 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 
-	ctx, unlock, err := lockInstallation(ctx, cl, res.Namespace, "install", i.LockWait, i.LockLease)
+	ctx, h, err := lockAndLoad(ctx, cl, res.Namespace, "install", i.LockWait, i.LockLease)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
-
-	store := state.NewStore(cl.Client, res.Namespace)
-	st, err := store.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
+	defer h.unlock()
+	store, st := h.store, h.st
 	digest, err := in.Digest()
 	if err != nil {
 		return nil, err
@@ -196,25 +191,4 @@ func (e *VersionChangeError) Error() string {
 	return fmt.Sprintf("platform %s is installed in namespace %s but the configuration asks for %s: install does not change versions; "+
 		"run `onprem upgrade plan --to %s` then `onprem upgrade apply --to %s` (or set spec.version back to %s)",
 		e.Installed, e.Namespace, e.Configured, e.Configured, e.Configured, e.Installed)
-}
-
-// lockInstallation takes the installation's lock and returns a context
-// that is cancelled if the lock is lost, and the function that releases it.
-func lockInstallation(ctx context.Context, cl *kube.Cluster, namespace, verb string, wait, lease time.Duration) (context.Context, func(), error) {
-	lock, err := state.Acquire(ctx, cl.Client, namespace, state.LockOptions{Holder: state.DefaultHolder(verb), Wait: wait, LeaseDuration: lease})
-	if err != nil {
-		return nil, nil, err
-	}
-	lctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case <-lock.Lost():
-			cancel(errors.New("lost the installation lock (another onprem took it over, or the API server was unreachable for longer than the lease)"))
-		case <-lctx.Done():
-		}
-	}()
-	return lctx, func() {
-		cancel(nil)
-		lock.Release(context.WithoutCancel(ctx))
-	}, nil
 }

@@ -352,16 +352,12 @@ func (r *Rollback) Run(ctx context.Context) (*RollbackResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, unlock, err := lockInstallation(ctx, cl, ns, "rollback", r.LockWait, r.LockLease)
+	ctx, h, err := lockAndLoad(ctx, cl, ns, "rollback", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
-	store := state.NewStore(cl.Client, ns)
-	st, err := store.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
+	defer h.unlock()
+	store, st := h.store, h.st
 	if !st.Stored() {
 		return nil, inputErr(&NotInstalledError{Namespace: ns})
 	}
