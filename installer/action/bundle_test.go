@@ -31,7 +31,7 @@ import (
 	"onprem.dev/onprem/installer/release"
 )
 
-// bundleRelease280 is the embedded release 2.8.0 (22 images, no digests pinned).
+// bundleRelease280 is the embedded release 2.8.0 (24 images, no digests pinned).
 func bundleRelease280(t testing.TB) *release.Release {
 	t.Helper()
 	set, err := release.Embedded()
@@ -249,12 +249,12 @@ func TestBundleCreateVerifyInspectPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Path != file || res.Release != "2.8.0" || res.Images != 22 || !res.Signed || res.KeyID != keys.KeyID {
+	if res.Path != file || res.Release != "2.8.0" || res.Images != len(rel.Images) || !res.Signed || res.KeyID != keys.KeyID {
 		t.Errorf("create: %+v", res)
 	}
 	// One shared base layer, and an own layer and a config per image.
-	if res.Blobs != 1+2*22+22 {
-		t.Errorf("create: %d blobs, want %d (manifests, configs, layers; the base once)", res.Blobs, 1+2*22+22)
+	if res.Blobs != 1+3*len(rel.Images) {
+		t.Errorf("create: %d blobs, want %d (manifests, configs, layers; the base once)", res.Blobs, 1+3*len(rel.Images))
 	}
 	if p, ok := prog.final("create"); !ok || p.Done == 0 || p.Done != p.Total {
 		t.Errorf("create progress: %+v", p)
@@ -280,7 +280,7 @@ func TestBundleCreateVerifyInspectPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Release != "2.8.0" || len(in.Images) != 22 || !in.Signed || in.Verified || len(in.Charts) == 0 {
+	if in.Release != "2.8.0" || len(in.Images) != len(rel.Images) || !in.Signed || in.Verified || len(in.Charts) == 0 {
 		t.Errorf("inspect: release %s, %d images, signed %v, verified %v, %d charts", in.Release, len(in.Images), in.Signed, in.Verified, len(in.Charts))
 	}
 	for _, ii := range in.Images {
@@ -299,7 +299,7 @@ func TestBundleCreateVerifyInspectPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Registry != host+"/onprem" || len(sum.Images) != 22 || sum.ManifestsPushed != 22 || sum.BlobsCopied != 1+2*22 {
+	if sum.Registry != host+"/onprem" || len(sum.Images) != len(rel.Images) || sum.ManifestsPushed != len(rel.Images) || sum.BlobsCopied != 1+2*len(rel.Images) {
 		t.Errorf("push: registry %s, %d images, %d manifests, %d blobs copied", sum.Registry, len(sum.Images), sum.ManifestsPushed, sum.BlobsCopied)
 	}
 	if p, ok := prog.final("push"); !ok || p.Done != p.Total {
@@ -329,7 +329,7 @@ func TestBundleCreateVerifyInspectPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.BlobsCopied != 0 || sum.BytesCopied != 0 || sum.ManifestsPushed != 0 || sum.ManifestsSkipped != 22 {
+	if sum.BlobsCopied != 0 || sum.BytesCopied != 0 || sum.ManifestsPushed != 0 || sum.ManifestsSkipped != len(rel.Images) {
 		t.Errorf("second push: %+v", sum)
 	}
 
@@ -535,9 +535,9 @@ func TestBundlePushToDistribution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.BlobsCopied != len(repos) || sum.BlobsMounted != pairs-len(repos) || sum.BlobsSkipped != 0 || sum.ManifestsPushed != 22 {
-		t.Errorf("push: %d copied, %d mounted, %d skipped, %d manifests; want %d copied (each blob once), %d mounted, 0 skipped, 22 manifests",
-			sum.BlobsCopied, sum.BlobsMounted, sum.BlobsSkipped, sum.ManifestsPushed, len(repos), pairs-len(repos))
+	if sum.BlobsCopied != len(repos) || sum.BlobsMounted != pairs-len(repos) || sum.BlobsSkipped != 0 || sum.ManifestsPushed != len(rel.Images) {
+		t.Errorf("push: %d copied, %d mounted, %d skipped, %d manifests; want %d copied (each blob once), %d mounted, 0 skipped, %d manifests",
+			sum.BlobsCopied, sum.BlobsMounted, sum.BlobsSkipped, sum.ManifestsPushed, len(repos), pairs-len(repos), len(rel.Images))
 	}
 	for _, pi := range sum.Images {
 		ref, err := name.ParseReference(pi.Reference)
@@ -561,7 +561,7 @@ func TestBundlePushToDistribution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.BlobsCopied != 0 || sum.BlobsMounted != 0 || sum.BytesCopied != 0 || sum.BlobsSkipped != pairs || sum.ManifestsPushed != 0 || sum.ManifestsSkipped != 22 {
+	if sum.BlobsCopied != 0 || sum.BlobsMounted != 0 || sum.BytesCopied != 0 || sum.BlobsSkipped != pairs || sum.ManifestsPushed != 0 || sum.ManifestsSkipped != len(rel.Images) {
 		t.Errorf("second push copied something: %+v", sum)
 	}
 }

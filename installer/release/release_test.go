@@ -134,6 +134,50 @@ func TestMalformedManifestReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// Every shipped release has a build runner whose images are its own, the
+// agent's a platform image of the release's version.
+func TestEmbeddedReleasesHaveARunner(t *testing.T) {
+	set, err := Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range set.All() {
+		if r.Runner == nil || r.Runner.Chart != "runner" || r.Runner.ChartVersion == "" {
+			t.Errorf("%s: runner = %+v", r.Version, r.Runner)
+			continue
+		}
+		agent, ok := r.Image(r.Runner.Images["agent"])
+		if !ok || !agent.Platform || agent.Tag != r.Version {
+			t.Errorf("%s: agent image %+v", r.Version, agent)
+		}
+		engine, ok := r.Image(r.Runner.Images["engine"])
+		if !ok || engine.Repository != "docker.io/moby/buildkit" || !strings.HasSuffix(engine.Tag, "-rootless") {
+			t.Errorf("%s: engine image %+v (rootless BuildKit needs no privileged mode)", r.Version, engine)
+		}
+	}
+}
+
+func TestRunnerSectionIsValidated(t *testing.T) {
+	doc := strings.Replace(malformed, "migrations:", "runner:\n  chart: \"\"\n  chartVersion: one\n  images: {agent: web, engine: nowhere}\nmigrations:", 1)
+	_, err := Parse([]byte(doc))
+	for _, want := range []string{
+		`runner.chart: required`,
+		`runner.chartVersion: "one" is not a semantic version`,
+		`runner.images.engine: image "nowhere" is not in images`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "runner.images.agent") {
+		t.Errorf("an existing image reported: %v", err)
+	}
+	_, err = Parse([]byte(strings.Replace(malformed, "migrations:", "runner: {chart: runner, chartVersion: 1.0.0, images: {}}\nmigrations:", 1)))
+	if err == nil || !strings.Contains(err.Error(), "runner.images: the runner needs at least one image") {
+		t.Errorf("runner without images: %v", err)
+	}
+}
+
 func TestUnknownFieldIsRejected(t *testing.T) {
 	_, err := Parse([]byte("apiVersion: onprem.dev/v1alpha1\nkind: Release\nversion: 1.0.0\ncomponets: []\n"))
 	if err == nil || !strings.Contains(err.Error(), `unknown field "componets"`) {

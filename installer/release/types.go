@@ -47,7 +47,23 @@ type Release struct {
 
 	Images     []Image     `json:"images"`
 	Components []Component `json:"components"`
+	// Runner is the build runner's chart and images. It is not a
+	// component: 'onprem runner install' (or spec.runners[] in
+	// onprem.yaml) installs it, once per runner, on the platform's cluster
+	// or a remote one (installer/runner). Its images are release images
+	// like the others, so bundles carry them.
+	Runner     *Addon      `json:"runner,omitempty"`
 	Migrations []Migration `json:"migrations,omitempty"`
+}
+
+// Addon is a chart of the release that is installed apart from the
+// platform's components (the build runner).
+type Addon struct {
+	Chart        string `json:"chart"`
+	ChartVersion string `json:"chartVersion"`
+	// Images maps the chart's image keys (values images.<key>) to image
+	// names of the release.
+	Images map[string]string `json:"images"`
 }
 
 // Image is one container image of the release.

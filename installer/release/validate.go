@@ -124,6 +124,28 @@ func (r *Release) Validate() error {
 		bad("components: dependency cycle %s", strings.Join(cycle, " -> "))
 	}
 
+	if a := r.Runner; a != nil {
+		if a.Chart == "" {
+			bad("runner.chart: required")
+		}
+		if _, err := semver.StrictNewVersion(a.ChartVersion); err != nil {
+			bad("runner.chartVersion: %q is not a semantic version", a.ChartVersion)
+		}
+		if len(a.Images) == 0 {
+			bad("runner.images: the runner needs at least one image")
+		}
+		keys := make([]string, 0, len(a.Images))
+		for k := range a.Images {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if !images[a.Images[k]] {
+				bad("runner.images.%s: image %q is not in images", k, a.Images[k])
+			}
+		}
+	}
+
 	migs := map[string]bool{}
 	for i, m := range r.Migrations {
 		p := fmt.Sprintf("migrations[%d]", i)
