@@ -26,6 +26,16 @@ var (
 	}
 	// WritableRoot: containers whose root filesystem must stay writable.
 	WritableRoot = map[string]string{}
+	// UserNamespaces: containers that create user namespaces. They may run
+	// with seccomp and AppArmor Unconfined, allow privilege escalation and
+	// add SETUID and SETGID (after dropping ALL), and nothing more: they
+	// stay non-root, unprivileged, with a read-only root. Keys may name a
+	// chart instead of a component ("runner/engine": every runner).
+	UserNamespaces = map[string]string{
+		RunnerChart + "/engine": "rootless BuildKit builds images in user namespaces: the runtime's default seccomp and AppArmor " +
+			"profiles forbid unshare(CLONE_NEWUSER) and mount, and the setuid newuidmap/newgidmap write the namespaces' ID maps; " +
+			"it runs in a namespace of its own, the only one with Pod Security level privileged (charts/runner)",
+	}
 )
 
 // Problem is one broken rule on one object.
@@ -92,7 +102,7 @@ func Check(res *Result, opts CheckOptions) []Problem {
 			if !ok {
 				continue
 			}
-			checkPod(c.Name, pod, opts, add)
+			checkPod(c.Name, c.Chart, pod, opts, add)
 			if c.Chart == "service" {
 				checkServiceCredentials(c.Name, pod, planned, dbSecrets, add)
 			}
@@ -108,7 +118,7 @@ func Check(res *Result, opts CheckOptions) []Problem {
 			continue
 		}
 		if pod, ok := podSpecOf(t.Job); ok {
-			checkPod(TaskComponent, pod, opts, add)
+			checkPod(TaskComponent, "", pod, opts, add)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].String() < out[j].String() })
@@ -159,13 +169,23 @@ func podSpecOf(o *unstructured.Unstructured) (*corev1.PodSpec, bool) {
 	return &spec, true
 }
 
-func excepted(list map[string]string, component, container string) bool {
-	_, all := list[component+"/*"]
-	_, one := list[component+"/"+container]
-	return all || one
+// excepted reports whether list names the container, by its component or
+// by the component's chart.
+func excepted(list map[string]string, component, chart, container string) bool {
+	for _, who := range []string{component, chart} {
+		if who == "" {
+			continue
+		}
+		_, all := list[who+"/*"]
+		_, one := list[who+"/"+container]
+		if all || one {
+			return true
+		}
+	}
+	return false
 }
 
-func checkPod(component string, pod *corev1.PodSpec, opts CheckOptions, add func(rule, format string, a ...any)) {
+func checkPod(component, chart string, pod *corev1.PodSpec, opts CheckOptions, add func(rule, format string, a ...any)) {
 	psc := pod.SecurityContext
 	if psc == nil {
 		psc = &corev1.PodSecurityContext{}
@@ -183,7 +203,8 @@ func checkPod(component string, pod *corev1.PodSpec, opts CheckOptions, add func
 		if opts.RequireDigests && !strings.Contains(ct.Image, "@sha256:") {
 			add("digest", "container %s image %s is not pinned by digest", name, ct.Image)
 		}
-		if !init && !excepted(NoProbes, component, name) {
+		userns := excepted(UserNamespaces, component, chart, name)
+		if !init && !excepted(NoProbes, component, chart, name) {
 			if ct.LivenessProbe == nil {
 				add("probes", "container %s has no liveness probe", name)
 			}
@@ -208,26 +229,45 @@ func checkPod(component string, pod *corev1.PodSpec, opts CheckOptions, add func
 		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
 			add("security", "container %s runs as uid 0", name)
 		}
-		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		if !userns && (sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation) {
 			add("security", "container %s does not set allowPrivilegeEscalation: false", name)
 		}
 		if sc.Privileged != nil && *sc.Privileged {
 			add("security", "container %s is privileged", name)
 		}
-		if sc.Capabilities == nil || !dropsAll(sc.Capabilities.Drop) || len(sc.Capabilities.Add) > 0 {
+		if sc.Capabilities == nil || !dropsAll(sc.Capabilities.Drop) || !addsOnly(sc.Capabilities.Add, userns) {
 			add("security", "container %s does not drop ALL capabilities (or adds some)", name)
 		}
 		seccomp := sc.SeccompProfile
 		if seccomp == nil {
 			seccomp = psc.SeccompProfile
 		}
-		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		if !userns && (seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault) {
 			add("security", "container %s has no RuntimeDefault seccomp profile", name)
 		}
-		if !excepted(WritableRoot, component, name) && (sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem) {
+		apparmor := sc.AppArmorProfile
+		if apparmor == nil {
+			apparmor = psc.AppArmorProfile
+		}
+		if !userns && apparmor != nil && apparmor.Type == corev1.AppArmorProfileTypeUnconfined {
+			add("security", "container %s runs without AppArmor (Unconfined)", name)
+		}
+		if !excepted(WritableRoot, component, chart, name) && (sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem) {
 			add("security", "container %s has a writable root filesystem", name)
 		}
 	}
+}
+
+// addsOnly reports whether the added capabilities are allowed: none, or
+// for a container that creates user namespaces SETUID and SETGID.
+func addsOnly(caps []corev1.Capability, userns bool) bool {
+	for _, c := range caps {
+		name := strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
+		if !userns || (name != "SETUID" && name != "SETGID") {
+			return false
+		}
+	}
+	return true
 }
 
 func dropsAll(caps []corev1.Capability) bool {

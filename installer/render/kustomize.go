@@ -35,6 +35,13 @@ type postRender struct {
 	// repositories are the image repositories the charts use (relocated
 	// when a private registry is configured).
 	repositories []string
+	// namespace, when set, replaces spec.namespace as the namespace of
+	// every object. runner leaves out the platform's own bases and the
+	// operator's overlays (which patch the platform's objects by name): a
+	// build runner (RenderRunner) lives in a namespace of its own and
+	// brings its own policies.
+	namespace string
+	runner    bool
 }
 
 func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
@@ -116,17 +123,27 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 		components = append(components, "../builtin/proxy")
 	}
 	for i, dir := range p.in.Spec.Overlays {
+		if p.runner {
+			break
+		}
 		dst := fmt.Sprintf("/user/%d", i)
 		if err := loadOverlay(mem, dir, dst); err != nil {
 			return nil, err
 		}
 		components = append(components, ".."+dst)
 	}
+	namespace, resources := p.in.Spec.Namespace, []any{"platform", "resources.yaml"}
+	if p.namespace != "" {
+		namespace = p.namespace
+	}
+	if p.runner {
+		resources = []any{"resources.yaml"}
+	}
 	files["/render/kustomization.yaml"] = map[string]any{
 		"apiVersion": "kustomize.config.k8s.io/v1beta1",
 		"kind":       "Kustomization",
-		"namespace":  p.in.Spec.Namespace,
-		"resources":  []any{"platform", "resources.yaml"},
+		"namespace":  namespace,
+		"resources":  resources,
 		"components": toAny(components),
 	}
 	for name, content := range files {
