@@ -9,9 +9,11 @@
 // app.kubernetes.io/managed-by=onprem, as indented JSON under the data key
 // state.json (DataKey). It records the installed platform version, the
 // digest of the configuration that produced it, each component's Helm
-// release and revision, and the history of operations (install, upgrade,
-// rollback, uninstall: when, by which onprem on which host, outcome),
-// newest last, the last MaxHistory of them.
+// release and revision, the build runners registered with the platform
+// (where each runs and at which version; never its token), and the history
+// of operations (install, upgrade, rollback, uninstall: when, by which
+// onprem on which host, outcome), newest last, the last MaxHistory of
+// them.
 //
 // A Secret is used because it is where the platform's operators already
 // restrict access, not because the record is secret: it never contains a
@@ -108,6 +110,10 @@ type State struct {
 	// Migrations are the data migrations that completed, oldest first; a
 	// migration that completed is never run again.
 	Migrations []Migration `json:"migrations,omitempty"`
+	// Runners are the build runners registered to the platform, by name
+	// (names are unique across the installation). Their registration
+	// tokens are not here: they live in Secrets only.
+	Runners map[string]Runner `json:"runners,omitempty"`
 
 	// secret is the Secret this State was loaded from or saved to; its
 	// resourceVersion guards the next Save. nil: not stored yet.
@@ -127,6 +133,32 @@ type Component struct {
 	// DAG edges), so that uninstall and status can order components from
 	// the record alone, even when the configuration changed since.
 	DependsOn []string `json:"dependsOn,omitempty"`
+}
+
+// Runner is the record of one build runner (installer/runner).
+type Runner struct {
+	// Server is the API server of the runner's cluster; Kubeconfig and
+	// Context are how onprem was told to reach it (both empty: the
+	// platform's own cluster, however onprem reaches that).
+	Server     string `json:"server"`
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// Namespace is the runner's (agent and builds); EngineNamespace its
+	// build engine's.
+	Namespace       string `json:"namespace"`
+	EngineNamespace string `json:"engineNamespace"`
+	Concurrency     int    `json:"concurrency"`
+	// Version is the platform release whose runner chart and images it
+	// runs.
+	Version      string `json:"version"`
+	Chart        string `json:"chart"`
+	ChartVersion string `json:"chartVersion"`
+	Release      string `json:"release"`  // Helm release name, in Namespace
+	Revision     int    `json:"revision"` // Helm release revision
+	// Status is deployed, or failed: <why> after a failed apply.
+	Status       string    `json:"status"`
+	RegisteredAt time.Time `json:"registeredAt"`
+	UpdatedAt    time.Time `json:"updatedAt,omitzero"`
 }
 
 // Operation is one entry of the history.
