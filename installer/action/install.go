@@ -10,6 +10,7 @@ import (
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
@@ -60,7 +61,12 @@ type InstallResult struct {
 	Preflight    *preflight.Report       `json:"preflight,omitempty"`
 	Secrets      *secrets.Report         `json:"generatedSecrets,omitempty"`
 	Components   []apply.ComponentResult `json:"components"`
-	Elapsed      time.Duration           `json:"elapsed"`
+	// Runners are the runners of spec.runners[], installed or converged
+	// after the components; UndeclaredRunners are the other runners
+	// registered with the installation, left alone.
+	Runners           []runner.Result `json:"runners,omitempty"`
+	UndeclaredRunners []string        `json:"undeclaredRunners,omitempty"`
+	Elapsed           time.Duration   `json:"elapsed"`
 }
 
 // Run installs. On a component failure it returns the result with the
@@ -88,6 +94,10 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return nil, err
 	}
 	in := l.Installation
+	declared, err := connectRunners(ctx, in, i.Cluster, cl)
+	if err != nil {
+		return nil, err
+	}
 	out := &InstallResult{Installation: in.Metadata.Name, Namespace: res.Namespace, Version: res.Version, DryRun: i.DryRun}
 	// Every check runs before anything is touched (the lock below creates
 	// the namespace on a first install).
@@ -164,6 +174,15 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 			aerr = errors.Join(aerr, ferr)
 		}
 		return out, aerr
+	}
+	p := &runner.Platform{Cluster: cl, Namespace: res.Namespace, Store: store, State: st, Installation: in}
+	out.Runners, out.UndeclaredRunners, err = convergeRunners(ctx, l, p, res.Version, declared, runner.Options{Timeout: i.Timeout, Reporter: i.Reporter})
+	out.Elapsed = time.Since(start)
+	if err != nil {
+		if ferr := finish(state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return out, err
 	}
 	st.ConfigDigest = digest
 	if err := finish(state.OutcomeSucceeded, fmt.Sprintf("%d components ready", len(arep.Components))); err != nil {

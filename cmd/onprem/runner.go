@@ -1,0 +1,369 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/installer/runner"
+)
+
+func newRunnerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runner",
+		Short: "Install, list, upgrade and remove build runners",
+		Long: `Build runners take builds from the platform and run them: an agent that
+talks to the platform's API through its ingress and runs each build step as
+a pod in its own namespace, and a build engine (rootless BuildKit) that
+builds images. A runner runs on the platform's cluster or on another one,
+and is registered with the platform under a name unique in the
+installation.
+
+Two clusters may be involved, so the flags say which is which:
+
+  --kubeconfig, --context                the platform's cluster (as for every
+                                         other command): its state records
+                                         the runners
+  --runner-kubeconfig, --runner-context  the runner's cluster (default: the
+                                         platform's)
+  --runner-namespace                     the runner's namespace (default:
+                                         onprem-runner-NAME)
+  --platform-namespace                   the platform's namespace (default:
+                                         spec.namespace of -c, else onprem)
+
+The registration token is generated once and kept in Secrets only: on the
+runner's cluster (onprem-runner-token in the runner's namespace) and on the
+platform's (key NAME of onprem-runner-tokens, read by runtime-manager). It
+is never printed.
+
+Runners can also be declared in onprem.yaml (spec.runners[]): 'onprem
+install' then installs or converges them after the platform.
+
+Exit codes: 0 done, 1 failed, 2 bad arguments or configuration (nothing
+was changed), 3 a cluster is unreachable or refused access (the message
+names its kubeconfig, context and server).`,
+	}
+	cmd.AddCommand(newRunnerInstallCmd(), newRunnerListCmd(), newRunnerUpgradeCmd(), newRunnerUninstallCmd())
+	return cmd
+}
+
+// addPlatformClusterFlags adds --kubeconfig and --context: the platform's
+// cluster.
+func addPlatformClusterFlags(cmd *cobra.Command, o *kube.Options) {
+	cmd.Flags().StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the platform's cluster (default: $KUBECONFIG, then ~/.kube/config)")
+	cmd.Flags().StringVar(&o.Context, "context", "", "context of the platform's cluster (default: the current context)")
+}
+
+// addRunnerClusterFlags adds --runner-kubeconfig and --runner-context.
+func addRunnerClusterFlags(cmd *cobra.Command, ref *config.ClusterRef, def string) {
+	cmd.Flags().StringVar(&ref.Kubeconfig, "runner-kubeconfig", "", "kubeconfig of the runner's cluster (default: "+def+")")
+	cmd.Flags().StringVar(&ref.Context, "runner-context", "", "context of the runner's cluster (default: "+def+")")
+}
+
+// refuseNamespaceFlag adds a hidden --namespace that explains which
+// namespace flag to use: both clusters have one here.
+func refuseNamespaceFlag(cmd *cobra.Command) {
+	var ns string
+	cmd.Flags().StringVar(&ns, "namespace", "", "")
+	_ = cmd.Flags().MarkHidden("namespace")
+	cmd.PreRunE = chain(cmd.PreRunE, func(c *cobra.Command, _ []string) error {
+		if c.Flags().Changed("namespace") {
+			return inputError{errors.New("--namespace is ambiguous here: use --runner-namespace for the runner's namespace, or --platform-namespace for the platform's")}
+		}
+		return nil
+	})
+}
+
+// addRunnerSourceFlags adds -c, --platform-namespace, --bundle and
+// --public-key: the platform's configuration, which a runner's render
+// needs (domain, registry, proxy, placement).
+func addRunnerSourceFlags(cmd *cobra.Command, src *action.Source) {
+	cmd.Flags().StringVarP(&src.ConfigPath, "config", "c", "onprem.yaml", "the platform's configuration file")
+	var ns string
+	cmd.Flags().StringVar(&ns, "platform-namespace", "", "override spec.namespace: the platform's namespace (ONPREM_NAMESPACE)")
+	cmd.PreRunE = chain(cmd.PreRunE, func(c *cobra.Command, _ []string) error {
+		if c.Flags().Changed("platform-namespace") {
+			src.Overrides.Namespace = &ns
+		}
+		return nil
+	})
+	cmd.Flags().StringArrayVar(&src.Bundles, "bundle", nil, "the air-gapped bundle of the installed platform version ('onprem bundle create'): its charts, and images from spec.registry")
+	cmd.Flags().StringVar(&src.PublicKey, "public-key", "", "refuse a bundle not signed with this key (a file from 'onprem bundle keygen')")
+}
+
+// addRunnerTargetFlags adds -c and --platform-namespace for commands that
+// only need to find the platform (list, uninstall).
+func addRunnerTargetFlags(cmd *cobra.Command, t *action.Target) {
+	cmd.Flags().StringVar(&t.Namespace, "platform-namespace", "", "the platform's namespace (default: spec.namespace of -c if the file exists, else onprem)")
+	cmd.Flags().StringVarP(&t.ConfigPath, "config", "c", "onprem.yaml", "the platform's configuration file, read only for its namespace")
+}
+
+func newRunnerInstallCmd() *cobra.Command {
+	a := &action.RunnerInstall{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "install NAME",
+		Short: "Install a build runner and register it with the platform",
+		Long: `Install the build runner NAME on the runner's cluster (default: the
+platform's) and register it with the platform, at the installed platform
+version. Running it again for the same runner changes nothing (same token,
+no new Helm revision); it converges a runner whose settings changed.
+
+Needs the platform installed (with its pipelines module) and its
+configuration (-c): the runner uses the platform's domain (the agent calls
+https://DOMAIN/api), private registry (images relocated there, docker.io
+pulled through it), proxy and placement. When onprem.yaml declares NAME in
+spec.runners[], its cluster, namespace and concurrency are the defaults
+here; the flags win.
+
+What it creates on the runner's cluster: the namespace (Pod Security
+"restricted": the agent and the build pods it creates) and NAMESPACE-engine
+(Pod Security "privileged", for the build engine alone: rootless BuildKit
+runs with seccomp and AppArmor Unconfined, privilege escalation and
+SETUID/SETGID to build in user namespaces, as uid 1000 and never
+privileged; nothing else runs there and the agent cannot create pods
+there), the token Secret onprem-runner-token, the Helm release runner-NAME
+(agent Deployment, its ServiceAccount and a Role limited to pods, pods/log,
+pods/exec, Secrets and ConfigMaps of its namespace, the engine and its
+buildkitd.toml, NetworkPolicies). On the platform's: the token under key
+NAME of Secret onprem-runner-tokens, and the runner's record in the state.
+
+A name already used by a runner on another cluster or in another namespace
+is refused (exit 2), naming where it runs.`,
+		Example: `  onprem runner install default -c onprem.yaml
+  onprem runner install gpu -c onprem.yaml --runner-context gpu-cluster --concurrency 8
+  onprem runner install gpu -c onprem.yaml --context platform --runner-kubeconfig gpu.kubeconfig --runner-namespace ci-gpu`,
+		Args: exactlyOneName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			a.Name = args[0]
+			rep, stop := progress(cmd.ErrOrStderr())
+			a.Reporter = rep
+			res, err := a.Run(cmd.Context())
+			stop()
+			if res != nil {
+				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRunnerResults(w, []runner.Result{*res}) }); werr != nil {
+					return werr
+				}
+			}
+			return err
+		},
+	}
+	addRunnerSourceFlags(cmd, &a.Source)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	addRunnerClusterFlags(cmd, &a.RunnerCluster, "spec.runners[]'s, else the platform's")
+	cmd.Flags().StringVar(&a.Namespace, "runner-namespace", "", "the runner's namespace; its build engine's is NAMESPACE-engine (default: spec.runners[]'s, else onprem-runner-NAME)")
+	cmd.Flags().IntVar(&a.Concurrency, "concurrency", 0, "builds the runner runs at once, 1 to 256 (default: spec.runners[]'s, else 4)")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the runner may take to become ready")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newRunnerUpgradeCmd() *cobra.Command {
+	a := &action.RunnerUpgrade{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "upgrade NAME... | --all",
+		Short: "Bring runners to the installed platform version",
+		Long: `Upgrade runners to the runner chart and images of the installed platform
+version, and to the platform's current configuration (registry, proxy,
+placement, CA). Run it after 'onprem upgrade apply' (or let 'onprem
+install' converge the runners of spec.runners[]). The token never changes.
+
+Each runner's cluster is reached the way it was at install (kubeconfig and
+context recorded in the state); when they differ on this machine, give
+--runner-kubeconfig / --runner-context (one runner at a time). A runner that
+fails does not stop the others.`,
+		Example: `  onprem runner upgrade --all -c onprem.yaml
+  onprem runner upgrade gpu -c onprem.yaml --runner-kubeconfig ~/.kube/gpu`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			a.Names = args
+			rep, stop := progress(cmd.ErrOrStderr())
+			a.Reporter = rep
+			res, err := a.Run(cmd.Context())
+			stop()
+			if res != nil {
+				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRunnerResults(w, res) }); werr != nil {
+					return werr
+				}
+			}
+			return err
+		},
+	}
+	addRunnerSourceFlags(cmd, &a.Source)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	addRunnerClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
+	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runner of the installation")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each runner may take to become ready")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newRunnerUninstallCmd() *cobra.Command {
+	a := &action.RunnerUninstall{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "uninstall NAME",
+		Short: "Remove a build runner from its cluster and from the platform",
+		Long: `Remove the runner NAME: on its cluster the Helm release, the token Secret,
+the copies of the platform's CA and pull Secret, and the namespaces onprem
+created for it; on the platform's, its registration (key NAME of
+onprem-runner-tokens) and its record. Running builds are stopped.
+
+If the runner's cluster is gone for good, --forget removes the platform's
+side only. A failure on the runner's cluster leaves the registration in
+place: run it again.`,
+		Example: `  onprem runner uninstall gpu
+  onprem runner uninstall gpu --runner-context gpu-cluster
+  onprem runner uninstall old --forget`,
+		Args: exactlyOneName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			a.Name = args[0]
+			rep, stop := progress(cmd.ErrOrStderr())
+			a.Reporter = rep
+			res, err := a.Run(cmd.Context())
+			stop()
+			if res != nil {
+				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+					for _, r := range res.Removed {
+						fmt.Fprintf(w, "removed: %s\n", r)
+					}
+					for _, k := range res.Kept {
+						fmt.Fprintf(w, "kept: %s\n", k)
+					}
+				}); werr != nil {
+					return werr
+				}
+			}
+			return err
+		},
+	}
+	addRunnerTargetFlags(cmd, &a.Target)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	addRunnerClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
+	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the platform's side (the runner's cluster is gone for good)")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the runner's removal may take")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newRunnerListCmd() *cobra.Command {
+	a := &action.RunnerList{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the build runners and whether they are ready",
+		Long: `List the runners registered with the installation (from its state on the
+platform's cluster), each with its cluster, namespace, version and the
+readiness of its agent and build engine. A runner whose cluster cannot be
+reached is shown as unreachable, with the reason; that is not an error.`,
+		Example: `  onprem runner list
+  onprem runner list --context platform -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			res, err := a.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRunnerList(w, res) })
+		},
+	}
+	addRunnerTargetFlags(cmd, &a.Target)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	cmd.Flags().DurationVar(&a.RunnerTimeout, "runner-timeout", 0, "how long to try each runner's cluster (default 5s)")
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+// exactlyOneName accepts one argument: the runner's name.
+func exactlyOneName(_ *cobra.Command, args []string) error {
+	switch len(args) {
+	case 1:
+		return nil
+	case 0:
+		return inputError{errors.New("name the runner (a DNS label of at most 40 characters), e.g. onprem runner install default")}
+	}
+	return inputError{fmt.Errorf("one runner at a time: got %s", strings.Join(args, " "))}
+}
+
+func printRunnerResults(w io.Writer, rs []runner.Result) {
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, "RUNNER\tRESULT\tREVISION\tNAMESPACE\tCLUSTER\tVERSION\tTIME")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.Action, r.Revision, r.Namespace, clusterOf(r.Context, r.Server), r.Version, round(r.Elapsed))
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if r.TokenCreated {
+			fmt.Fprintf(w, "runner %s: registration token generated (Secret %s/%s; never shown)\n", r.Name, r.Namespace, runner.TokenSecret)
+		}
+		if r.Error != "" {
+			fmt.Fprintf(w, "runner %s: %s\n", r.Name, r.Error)
+			for _, n := range r.NotReady {
+				fmt.Fprintf(w, "  %s\n", n)
+			}
+		}
+	}
+}
+
+func printRunnerList(w io.Writer, res *action.RunnerListResult) {
+	if len(res.Runners) == 0 {
+		fmt.Fprintf(w, "no runners registered with the installation in namespace %s\n", res.Namespace)
+		return
+	}
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, "RUNNER\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tAGENT\tENGINE\tSTATUS")
+	for _, s := range res.Runners {
+		status := "ready"
+		switch {
+		case !s.Reachable:
+			status = "unreachable"
+		case !s.Ready:
+			status = "not ready"
+		}
+		if s.Recorded != "" && s.Recorded != "deployed" {
+			status += " (last install: " + s.Recorded + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%d/%d\t%s\n", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision,
+			s.Agent.Ready, s.Agent.Desired, s.Engine.Ready, s.Engine.Desired, status)
+	}
+	tw.Flush()
+	for _, s := range res.Runners {
+		if s.Problem != "" {
+			fmt.Fprintf(w, "runner %s: %s\n", s.Name, s.Problem)
+		}
+	}
+}
+
+func clusterOf(context, server string) string {
+	if context != "" {
+		return context
+	}
+	return server
+}

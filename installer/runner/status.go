@@ -1,0 +1,101 @@
+package runner
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/state"
+)
+
+// Workload names of the runner chart (charts/runner).
+const (
+	AgentDeployment  = "runner-agent"
+	EngineDeployment = "runner-engine"
+)
+
+// Readiness is ready over desired replicas of a workload.
+type Readiness struct {
+	Ready   int32 `json:"ready"`
+	Desired int32 `json:"desired"`
+}
+
+// Status is one runner as recorded and as found on its cluster.
+type Status struct {
+	Name            string `json:"name"`
+	Server          string `json:"server"`
+	Context         string `json:"context,omitempty"`
+	Namespace       string `json:"namespace"`
+	EngineNamespace string `json:"engineNamespace"`
+	Version         string `json:"version"`
+	Chart           string `json:"chart"`
+	Revision        int    `json:"revision"`
+	// Recorded is the outcome of its last install or upgrade.
+	Recorded string `json:"recorded"`
+	// Reachable: onprem reached the runner's cluster. When not, Problem
+	// says why and nothing below is known.
+	Reachable bool `json:"reachable"`
+	// Release is Helm's status of the runner's release.
+	Release string    `json:"release,omitempty"`
+	Agent   Readiness `json:"agent"`
+	Engine  Readiness `json:"engine"`
+	// Ready: every agent and engine replica is ready.
+	Ready   bool   `json:"ready"`
+	Problem string `json:"problem,omitempty"`
+}
+
+// Recorded is the status of a runner from its record alone.
+func Recorded(name string, rec state.Runner) Status {
+	chart := ""
+	if rec.Chart != "" {
+		chart = rec.Chart + "-" + rec.ChartVersion
+	}
+	return Status{Name: name, Server: rec.Server, Context: rec.Context, Namespace: rec.Namespace, EngineNamespace: rec.EngineNamespace,
+		Version: rec.Version, Chart: chart, Revision: rec.Revision, Recorded: rec.Status}
+}
+
+// Unreachable is the status of a runner whose cluster could not be reached.
+func Unreachable(name string, rec state.Runner, err error) Status {
+	s := Recorded(name, rec)
+	s.Problem = "unreachable: " + err.Error()
+	return s
+}
+
+// Observe reads a runner's release and workloads on its cluster. It never
+// fails: what it cannot read is said in Problem.
+func Observe(ctx context.Context, cl *kube.Cluster, name string, rec state.Runner) Status {
+	s := Recorded(name, rec)
+	if cl.Server != rec.Server {
+		s.Problem = "the cluster reached is at " + cl.Server + ", not the runner's " + rec.Server
+		return s
+	}
+	s.Reachable = true
+	if info, err := apply.NewHelmReleases(cl.Getter, rec.Namespace, nil).Last(ctx, rec.Release); err != nil {
+		s.Release, s.Problem = "unknown", "reading its Helm release: "+err.Error()
+	} else if info == nil {
+		s.Release = "missing"
+	} else {
+		s.Release, s.Revision = info.Status, info.Revision
+	}
+	read := func(ns, dep string) Readiness {
+		d, err := cl.Client.AppsV1().Deployments(ns).Get(ctx, dep, metav1.GetOptions{})
+		if err != nil {
+			if s.Problem == "" && !apierrors.IsNotFound(err) {
+				s.Problem = "reading Deployment " + ns + "/" + dep + ": " + err.Error()
+			}
+			return Readiness{}
+		}
+		desired := int32(1)
+		if d.Spec.Replicas != nil {
+			desired = *d.Spec.Replicas
+		}
+		return Readiness{Ready: d.Status.ReadyReplicas, Desired: desired}
+	}
+	s.Agent = read(rec.Namespace, AgentDeployment)
+	s.Engine = read(rec.EngineNamespace, EngineDeployment)
+	s.Ready = s.Agent.Desired > 0 && s.Agent.Ready >= s.Agent.Desired && s.Engine.Desired > 0 && s.Engine.Ready >= s.Engine.Desired
+	return s
+}
