@@ -1,0 +1,429 @@
+//go:build linux
+
+package kindcluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const (
+	// SkipEnv, set to 1, skips the kind tests (CI never sets it).
+	SkipEnv = "ONPREM_SKIP_KIND"
+	// KeepEnv, set to 1, keeps clusters after their test; the test log
+	// says how to reach and delete them.
+	KeepEnv = "ONPREM_KEEP_CLUSTER"
+)
+
+// kindConfig is the cluster configuration: one control-plane node, and the
+// kubeadm patches of quirk 3 (a cgroup v1 host: Kubernetes 1.35+ refuses
+// cgroup v1 unless told, and kubeadm's SystemVerification preflight fails).
+const kindConfig = `kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+nodes:
+- role: control-plane
+kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false
+- |
+  kind: InitConfiguration
+  nodeRegistration:
+    ignorePreflightErrors:
+    - SystemVerification
+- |
+  kind: JoinConfiguration
+  nodeRegistration:
+    ignorePreflightErrors:
+    - SystemVerification
+`
+
+// Option changes how Start creates a cluster.
+type Option func(*config)
+
+type config struct {
+	name     string
+	timeout  time.Duration
+	cacheDir string
+}
+
+// WithName sets the cluster's name; the default is "onprem-" and a random
+// suffix. kind names the node container <name>-control-plane.
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithStartTimeout bounds the cluster's creation and readiness (not the
+// toolchain's build); the default is 5 minutes.
+func WithStartTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithCacheDir sets the toolchain's cache folder (Options.CacheDir).
+func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir } }
+
+// Cluster is a running kind cluster.
+type Cluster struct {
+	// Name is the kind cluster's name.
+	Name string
+	// Kubeconfig is the path of the cluster's kubeconfig (admin).
+	Kubeconfig string
+	// RESTConfig and Client reach the cluster as admin.
+	RESTConfig *rest.Config
+	Client     kubernetes.Interface
+	// Nodes are the node containers' names, which are also the
+	// Kubernetes node names.
+	Nodes []string
+	// Toolchain is what the cluster was made with.
+	Toolchain *Toolchain
+
+	logf        func(string, ...any)
+	provisioner *provisioner
+	deleteOnce  sync.Once
+	deleteErr   error
+}
+
+// Start creates a kind cluster from the node image of Ensure (building the
+// toolchain first if needed), waits until its node is Ready, CoreDNS runs
+// and the default ServiceAccount exists, and starts the dynamic volume
+// provisioner of the default StorageClass StorageClassName. The cluster
+// is deleted in t.Cleanup unless ONPREM_KEEP_CLUSTER=1. With
+// ONPREM_SKIP_KIND=1 the test is skipped.
+func Start(t testing.TB, opts ...Option) *Cluster {
+	t.Helper()
+	if os.Getenv(SkipEnv) == "1" {
+		t.Skipf("%s=1: kind clusters are skipped", SkipEnv)
+	}
+	c, err := New(context.Background(), t.TempDir(), t.Logf, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if os.Getenv(KeepEnv) == "1" {
+			c.Keep()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := c.Delete(ctx); err != nil {
+			t.Errorf("kindcluster: %v", err)
+		}
+	})
+	return c
+}
+
+// New is Start without testing.TB: it creates a cluster whose kubeconfig
+// goes in dir and logs through logf. The caller deletes it with Delete.
+func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Option) (*Cluster, error) {
+	cfg := config{timeout: 5 * time.Minute}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.name == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		cfg.name = "onprem-" + hex.EncodeToString(b[:])
+	}
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	tc, err := Ensure(ctx, Options{Log: logf, CacheDir: cfg.cacheDir})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+
+	c := &Cluster{Name: cfg.name, Kubeconfig: filepath.Join(dir, "kubeconfig"), Toolchain: tc, logf: logf}
+	cfgPath := filepath.Join(dir, "kind-config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(kindConfig), 0o644); err != nil {
+		return nil, fmt.Errorf("kindcluster: %w", err)
+	}
+	t0 := time.Now()
+	logf("kindcluster: creating cluster %s from %s", c.Name, tc.NodeImage)
+	out, err := c.kind(ctx, nil, "create", "cluster", "--name", c.Name, "--image", tc.NodeImage,
+		"--config", cfgPath, "--kubeconfig", c.Kubeconfig, "--retain", "--wait", "3m")
+	if err != nil {
+		err = fmt.Errorf("kindcluster: kind create cluster %s: %w\n%s", c.Name, err, tail(out, 40))
+		return nil, c.failed(err)
+	}
+	created := time.Since(t0)
+	if err := c.connect(ctx); err != nil {
+		return nil, c.failed(err)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return nil, c.failed(err)
+	}
+	c.provisioner = startProvisioner(c.Client, c.nodeExecQuiet, logf)
+	logf("kindcluster: cluster %s ready in %s (kind create %s); kubeconfig %s",
+		c.Name, time.Since(t0).Round(100*time.Millisecond), created.Round(100*time.Millisecond), c.Kubeconfig)
+	return c, nil
+}
+
+// failed logs what explains a failed start, then deletes the cluster
+// (unless ONPREM_KEEP_CLUSTER=1) and returns err.
+func (c *Cluster) failed(err error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	node := c.Name + "-control-plane"
+	for _, diag := range [][]string{
+		{"exec", node, "kubectl", "--kubeconfig=/etc/kubernetes/admin.conf", "get", "nodes,pods", "-A", "-o", "wide"},
+		{"exec", node, "journalctl", "--no-pager", "-u", "kubelet", "-n", "40"},
+		{"exec", node, "journalctl", "--no-pager", "-u", "containerd", "-n", "20"},
+	} {
+		out, derr := exec.CommandContext(ctx, c.Toolchain.Docker, diag...).CombinedOutput()
+		c.logf("kindcluster: docker %s (%v):\n%s", strings.Join(diag, " "), derr, tail(out, 40))
+	}
+	if os.Getenv(KeepEnv) == "1" {
+		c.Keep()
+		return err
+	}
+	return errors.Join(err, c.Delete(ctx))
+}
+
+// kind runs the kind CLI with the docker CLI of the toolchain first in
+// PATH and returns its combined output.
+func (c *Cluster) kind(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
+	out, _, err := c.kindOut(ctx, stdin, args...)
+	return out, err
+}
+
+// kindOut is kind that also returns the standard output alone.
+func (c *Cluster) kindOut(ctx context.Context, stdin io.Reader, args ...string) (combined, stdout []byte, err error) {
+	cmd := exec.CommandContext(ctx, c.Toolchain.Kind, args...)
+	cmd.Env = append(os.Environ(),
+		"PATH="+filepath.Dir(c.Toolchain.Docker)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"KIND_EXPERIMENTAL_PROVIDER=docker")
+	cmd.Stdin = stdin
+	var out, stdoutBuf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, &stdoutBuf), &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	err = cmd.Run()
+	return out.Bytes(), stdoutBuf.Bytes(), err
+}
+
+func (c *Cluster) connect(ctx context.Context) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kindcluster: kubeconfig %s: %w", c.Kubeconfig, err)
+	}
+	rc.QPS, rc.Burst = 50, 100
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kindcluster: client: %w", err)
+	}
+	c.RESTConfig, c.Client = rc, cs
+	out, stdout, err := c.kindOut(ctx, nil, "get", "nodes", "--name", c.Name)
+	if err != nil {
+		return fmt.Errorf("kindcluster: kind get nodes: %w: %s", err, out)
+	}
+	c.Nodes = strings.Fields(string(stdout))
+	if len(c.Nodes) == 0 {
+		return fmt.Errorf("kindcluster: cluster %s has no node", c.Name)
+	}
+	return nil
+}
+
+// waitReady waits for every node to be Ready, CoreDNS to be available,
+// the default ServiceAccount to exist and the StorageClass to be there
+// (it is created if kind did not apply it).
+func (c *Cluster) waitReady(ctx context.Context) error {
+	var last string
+	for {
+		ok, why := c.ready(ctx)
+		if ok {
+			return nil
+		}
+		if why != last {
+			c.logf("kindcluster: waiting for cluster %s: %s", c.Name, why)
+			last = why
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, why, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (c *Cluster) ready(ctx context.Context) (bool, string) {
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	if len(nodes.Items) != len(c.Nodes) {
+		return false, fmt.Sprintf("%d of %d nodes registered", len(nodes.Items), len(c.Nodes))
+	}
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) {
+			return false, "node " + n.Name + " not Ready"
+		}
+	}
+	dns, err := c.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		return false, "coredns: " + err.Error()
+	}
+	if !deploymentAvailable(dns) {
+		return false, fmt.Sprintf("coredns: %d of %d replicas available", dns.Status.AvailableReplicas, replicas(dns))
+	}
+	if _, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		return false, "default ServiceAccount: " + err.Error()
+	}
+	_, err = c.Client.StorageV1().StorageClasses().Get(ctx, StorageClassName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = c.Client.StorageV1().StorageClasses().Create(ctx, storageClass(), metav1.CreateOptions{})
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return false, "StorageClass: " + err.Error()
+	}
+	return true, ""
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func replicas(d *appsv1.Deployment) int32 {
+	if d.Spec.Replicas == nil {
+		return 1
+	}
+	return *d.Spec.Replicas
+}
+
+func deploymentAvailable(d *appsv1.Deployment) bool {
+	return d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == replicas(d) &&
+		d.Status.AvailableReplicas == replicas(d)
+}
+
+// NodeExec runs a command in a node's container (docker exec) and returns
+// its combined output.
+func (c *Cluster) NodeExec(ctx context.Context, node string, stdin io.Reader, args ...string) ([]byte, error) {
+	dargs := []string{"exec"}
+	if stdin != nil {
+		dargs = append(dargs, "-i")
+	}
+	dargs = append(append(dargs, node), args...)
+	cmd := exec.CommandContext(ctx, c.Toolchain.Docker, dargs...)
+	cmd.Stdin = stdin
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("docker exec %s %s: %w: %s", node, strings.Join(args, " "), err, tail(out.Bytes(), 20))
+	}
+	return out.Bytes(), nil
+}
+
+func (c *Cluster) nodeExecQuiet(ctx context.Context, node string, args ...string) error {
+	_, err := c.NodeExec(ctx, node, nil, args...)
+	return err
+}
+
+// LoadImages imports image archives (docker-archive, as docker save and
+// WriteImageArchive write them, or OCI layout tarballs) into the
+// containerd of every node, where pods find them with no registry: use
+// imagePullPolicy IfNotPresent (or Never) and a tag other than :latest.
+func (c *Cluster) LoadImages(ctx context.Context, archives ...string) error {
+	for _, a := range archives {
+		for _, node := range c.Nodes {
+			f, err := os.Open(a)
+			if err != nil {
+				return fmt.Errorf("kindcluster: load image archive: %w", err)
+			}
+			t0 := time.Now()
+			_, err = c.NodeExec(ctx, node, f, "ctr", "--namespace=k8s.io", "images", "import",
+				"--all-platforms", "--digests", "--snapshotter=overlayfs", "-")
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("kindcluster: load %s into %s: %w", a, node, err)
+			}
+			c.logf("kindcluster: loaded %s into %s in %s", filepath.Base(a), node, time.Since(t0).Round(100*time.Millisecond))
+		}
+	}
+	return nil
+}
+
+// LoadDockerImages copies images from the local docker (docker save) into
+// every node, like LoadImages.
+func (c *Cluster) LoadDockerImages(ctx context.Context, refs ...string) error {
+	dir, err := os.MkdirTemp("", "kindcluster-images-")
+	if err != nil {
+		return fmt.Errorf("kindcluster: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	archive := filepath.Join(dir, "images.tar")
+	args := append([]string{"save", "-o", archive}, refs...)
+	if out, err := exec.CommandContext(ctx, c.Toolchain.Docker, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("kindcluster: docker save %s: %w: %s", strings.Join(refs, " "), err, out)
+	}
+	return c.LoadImages(ctx, archive)
+}
+
+// Keep stops the provisioner and leaves the cluster running, logging how
+// to reach and delete it. Its kubeconfig is copied out of the test's
+// temporary folder.
+func (c *Cluster) Keep() {
+	if c.provisioner != nil {
+		c.provisioner.stop()
+	}
+	kc := filepath.Join(os.TempDir(), "kindcluster-"+c.Name+".kubeconfig")
+	if data, err := os.ReadFile(c.Kubeconfig); err == nil && os.WriteFile(kc, data, 0o600) == nil {
+		c.Kubeconfig = kc
+	}
+	c.logf("kindcluster: %s=1: keeping cluster %s (no volume provisioner runs any more):\n"+
+		"\texport KUBECONFIG=%s   (or: %s get kubeconfig --name %s)\n"+
+		"\t%s exec -it %s-control-plane bash\n"+
+		"\t%s delete cluster --name %s",
+		KeepEnv, c.Name, c.Kubeconfig, c.Toolchain.Kind, c.Name, c.Toolchain.Docker, c.Name, c.Toolchain.Kind, c.Name)
+}
+
+// Delete stops the provisioner and deletes the cluster. It is safe to call
+// more than once.
+func (c *Cluster) Delete(ctx context.Context) error {
+	c.deleteOnce.Do(func() {
+		if c.provisioner != nil {
+			c.provisioner.stop()
+		}
+		t0 := time.Now()
+		out, err := c.kind(ctx, nil, "delete", "cluster", "--name", c.Name)
+		if err != nil {
+			c.deleteErr = fmt.Errorf("kind delete cluster %s: %w: %s", c.Name, err, tail(out, 20))
+			return
+		}
+		c.logf("kindcluster: deleted cluster %s in %s", c.Name, time.Since(t0).Round(100*time.Millisecond))
+	})
+	return c.deleteErr
+}
+
+// tail returns the last n lines of b.
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{"..."}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
