@@ -115,17 +115,3 @@ func TestNodeContainerdConfig(t *testing.T) {
 		t.Error("a config without the settings was accepted")
 	}
 }
-
-func TestKubeGoMod(t *testing.T) {
-	upstream := "module k8s.io/kubernetes\n\ngo 1.26.0\n\ngodebug default=go1.26\n\nreplace (\n\tk8s.io/api => ./staging/src/k8s.io/api\n\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n)\n"
-	got, err := kubeGoMod([]byte(upstream), "v1.36.3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"go 1.26.0\n", "godebug default=go1.26\n", "require k8s.io/kubernetes v1.36.3\n",
-		"\tk8s.io/api => k8s.io/api v0.36.3\n", "\tk8s.io/client-go => k8s.io/client-go v0.36.3\n"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("go.mod lacks %q:\n%s", want, got)
-		}
-	}
-}

@@ -68,24 +68,6 @@ func TestBinaries(t *testing.T) {
 	}
 }
 
-func TestKubeGoMod(t *testing.T) {
-	upstream := "module k8s.io/kubernetes\n\ngo 1.26.0\n\ngodebug default=go1.26\n\nrequire (\n\tk8s.io/api v0.0.0\n)\n\n" +
-		"replace (\n\tk8s.io/api => ./staging/src/k8s.io/api\n\tk8s.io/kubectl => ./staging/src/k8s.io/kubectl\n)\n"
-	got, err := kubeGoMod([]byte(upstream), "v1.36.3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"go 1.26.0\n", "godebug default=go1.26\n", "require k8s.io/kubernetes v1.36.3\n",
-		"\tk8s.io/api => k8s.io/api v0.36.3\n", "\tk8s.io/kubectl => k8s.io/kubectl v0.36.3\n"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("generated go.mod lacks %q:\n%s", want, got)
-		}
-	}
-	if _, err := kubeGoMod([]byte("module x\n"), "v1.36.3"); err == nil {
-		t.Error("a go.mod without staging replaces was accepted")
-	}
-}
-
 // TestWorkloads checks that the simulated kubelet takes the usual workloads
 // to their end states, on one cluster.
 func TestWorkloads(t *testing.T) {
