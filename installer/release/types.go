@@ -52,8 +52,36 @@ type Release struct {
 	// onprem.yaml) installs it, once per runner, on the platform's cluster
 	// or a remote one (installer/runner). Its images are release images
 	// like the others, so bundles carry them.
-	Runner     *Addon      `json:"runner,omitempty"`
-	Migrations []Migration `json:"migrations,omitempty"`
+	Runner *Addon `json:"runner,omitempty"`
+	// Runtime is the GitOps runtime's chart (Argo CD, Workflows, Rollouts,
+	// Events and app-proxy): an upstream chart in a remote chart
+	// repository, fetched with the Helm SDK ('onprem runtime install' or
+	// spec.runtimes[]; installer/runtime). Bundles carry the chart and its
+	// images.
+	Runtime    *RemoteChart `json:"runtime,omitempty"`
+	Migrations []Migration  `json:"migrations,omitempty"`
+}
+
+// RemoteChart is a chart of the release that lives in a remote chart
+// repository rather than in this onprem.
+type RemoteChart struct {
+	// Chart is the chart's name in its repository.
+	Chart        string `json:"chart"`
+	ChartVersion string `json:"chartVersion"`
+	// Repository is an OCI repository (oci://host/path, the chart at
+	// host/path/CHART) or a Helm HTTP(S) repository (https://host/path,
+	// with its index.yaml).
+	Repository string `json:"repository"`
+	// Digest pins the chart archive (sha256:...); a fetched archive that
+	// does not match it is refused. Bundles always pin.
+	Digest string `json:"digest,omitempty"`
+	// Images maps values paths of the chart (dot-separated, such as
+	// images.argocd) to image names of the release: each path receives
+	// the image's full reference (relocated to spec.registry, pinned by
+	// digest when the release pins it).
+	Images map[string]string `json:"images"`
+	// Values is the release's layer of the chart's values.
+	Values map[string]any `json:"values,omitempty"`
 }
 
 // Addon is a chart of the release that is installed apart from the

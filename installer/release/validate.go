@@ -3,6 +3,7 @@ package release
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -142,6 +143,37 @@ func (r *Release) Validate() error {
 		for _, k := range keys {
 			if !images[a.Images[k]] {
 				bad("runner.images.%s: image %q is not in images", k, a.Images[k])
+			}
+		}
+	}
+
+	if rc := r.Runtime; rc != nil {
+		if rc.Chart == "" {
+			bad("runtime.chart: required")
+		}
+		if _, err := semver.StrictNewVersion(rc.ChartVersion); err != nil {
+			bad("runtime.chartVersion: %q is not a semantic version", rc.ChartVersion)
+		}
+		switch u, err := url.Parse(rc.Repository); {
+		case rc.Repository == "":
+			bad("runtime.repository: required (oci://HOST/PATH or https://HOST/PATH)")
+		case err != nil || u.Host == "" || (u.Scheme != "oci" && u.Scheme != "https" && u.Scheme != "http"):
+			bad("runtime.repository: %q is not an oci://, https:// or http:// chart repository", rc.Repository)
+		}
+		if rc.Digest != "" && !digestRE.MatchString(rc.Digest) {
+			bad("runtime.digest: %q is not sha256:<64 hex digits>", rc.Digest)
+		}
+		if len(rc.Images) == 0 {
+			bad("runtime.images: the runtime needs at least one image")
+		}
+		keys := make([]string, 0, len(rc.Images))
+		for k := range rc.Images {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if !images[rc.Images[k]] {
+				bad("runtime.images.%s: image %q is not in images", k, rc.Images[k])
 			}
 		}
 	}
