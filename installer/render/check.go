@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -64,6 +65,10 @@ var typedScheme = func() *runtime.Scheme {
 		panic(err)
 	}
 	if err := gatewayv1.Install(s); err != nil {
+		panic(err)
+	}
+	// Runtime charts bring CustomResourceDefinitions (Argo CD's).
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
 	return s
