@@ -114,6 +114,13 @@ type State struct {
 	// (names are unique across the installation). Their registration
 	// tokens are not here: they live in Secrets only.
 	Runners map[string]Runner `json:"runners,omitempty"`
+	// Runtimes are the GitOps runtimes, by name (installer/runtime). Their
+	// Git token is never recorded: it lives only in a Secret on the
+	// runtime's cluster.
+	Runtimes map[string]Runtime `json:"runtimes,omitempty"`
+	// RuntimeConfig is the shared configuration repository of the runtimes
+	// and which runtime holds the configuration.
+	RuntimeConfig *RuntimeConfig `json:"runtimeConfig,omitempty"`
 
 	// secret is the Secret this State was loaded from or saved to; its
 	// resourceVersion guards the next Save. nil: not stored yet.
@@ -159,6 +166,33 @@ type Runner struct {
 	Status       string    `json:"status"`
 	RegisteredAt time.Time `json:"registeredAt"`
 	UpdatedAt    time.Time `json:"updatedAt,omitzero"`
+}
+
+// Runtime is the record of one GitOps runtime (installer/runtime).
+type Runtime struct {
+	// Server, Kubeconfig and Context: as for Runner.
+	Server       string `json:"server"`
+	Kubeconfig   string `json:"kubeconfig,omitempty"`
+	Context      string `json:"context,omitempty"`
+	Namespace    string `json:"namespace"`
+	Version      string `json:"version"`
+	Chart        string `json:"chart"`
+	ChartVersion string `json:"chartVersion"`
+	Release      string `json:"release"`
+	Revision     int    `json:"revision"`
+	// Status is deployed, or failed: <why> after a failed apply.
+	Status      string    `json:"status"`
+	InstalledAt time.Time `json:"installedAt"`
+	UpdatedAt   time.Time `json:"updatedAt,omitzero"`
+}
+
+// RuntimeConfig is the runtimes' shared configuration repository (never
+// with credentials) and the runtime designated to hold the configuration.
+type RuntimeConfig struct {
+	URL           string `json:"url"`
+	Branch        string `json:"branch,omitempty"`
+	Path          string `json:"path,omitempty"`
+	ConfigRuntime string `json:"configRuntime,omitempty"`
 }
 
 // Operation is one entry of the history.
