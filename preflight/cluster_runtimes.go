@@ -2,7 +2,9 @@ package preflight
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/state"
 )
 
 const runtimesID = "runtimes"
@@ -78,7 +81,10 @@ func runRuntimes(ctx context.Context, env *Env) Outcome {
 		}
 	}
 	var f findings
-	f.ok("runtime names are unique and at most one runtime runs per cluster (checked with the configuration)")
+	f.ok("runtime names are unique and at most one runtime runs per cluster in the configuration")
+	if out, ok := checkRecordedRuntimes(ctx, env, rts, &f); !ok {
+		return out
+	}
 	if len(local) > 0 {
 		if env.Cluster.Config == nil {
 			return missingInput(Blocking, "the cluster connection")
@@ -127,4 +133,62 @@ func runRuntimes(ctx context.Context, env *Env) Outcome {
 			"nothing to do now; to know in advance, look for applications.argoproj.io on those clusters (kubectl --context CONTEXT get crd applications.argoproj.io)")
 	}
 	return f.outcome()
+}
+
+// checkRecordedRuntimes compares the configuration's runtimes with the
+// ones the installation already records: a name installed elsewhere, or a
+// cluster that already runs a runtime of another name, is refused before
+// anything is installed.
+func checkRecordedRuntimes(ctx context.Context, env *Env, rts []config.Runtime, f *findings) (Outcome, bool) {
+	if env.Cluster.Client == nil {
+		return missingInput(Blocking, "the cluster connection"), false
+	}
+	ns := env.Installation.Spec.Namespace
+	st, err := state.NewStore(env.Cluster.Client, ns).Load(ctx)
+	if err != nil {
+		var corrupt *state.CorruptError
+		if errors.As(err, &corrupt) {
+			// The installation check reports a corrupt record.
+			return Outcome{}, true
+		}
+		return cannotRun(Blocking, runtimesID, fmt.Sprintf("read the state record (Secret %s/%s)", ns, state.SecretName), err), false
+	}
+	if len(st.Runtimes) == 0 {
+		return Outcome{}, true
+	}
+	// Where a recorded runtime runs, as the configuration names clusters.
+	sameCluster := func(r config.Runtime, rec state.Runtime) bool {
+		if onPlatformCluster(r.Cluster, env) {
+			return rec.Server == env.Cluster.Server
+		}
+		return (r.Cluster.Context == "" || r.Cluster.Context == rec.Context) &&
+			(r.Cluster.Kubeconfig == "" || rec.Kubeconfig == "" || sameFile(r.Cluster.Kubeconfig, rec.Kubeconfig)) &&
+			rec.Server != env.Cluster.Server
+	}
+	bad := 0
+	for i, r := range rts {
+		name := runtimeName(r)
+		for other, rec := range st.Runtimes {
+			switch {
+			case other == name && !sameCluster(r, rec):
+				bad++
+				f.problem(Fail, fmt.Sprintf("spec.runtimes[%d]: runtime %s is already installed on the cluster at %s (namespace %s), not on the cluster the configuration names: runtime names are unique in an installation", i, name, rec.Server, rec.Namespace),
+					fmt.Sprintf("give this runtime another name, or point spec.runtimes[%d].cluster at the cluster it runs on, or remove it first with 'onprem runtime uninstall %s'", i, name))
+			case other != name && sameCluster(r, rec):
+				bad++
+				f.problem(Fail, fmt.Sprintf("spec.runtimes[%d]: the cluster of runtime %s already runs runtime %s (at %s, namespace %s): a cluster runs one runtime", i, name, other, rec.Server, rec.Namespace),
+					fmt.Sprintf("install %s on another cluster (spec.runtimes[%d].cluster), or remove %s first with 'onprem runtime uninstall %s'", name, i, other, other))
+			}
+		}
+	}
+	if bad == 0 {
+		f.ok("the installation's runtimes (%d recorded) agree with the configuration", len(st.Runtimes))
+	}
+	return Outcome{}, true
+}
+
+func sameFile(a, b string) bool {
+	fa, errA := filepath.Abs(a)
+	fb, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && fa == fb
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/installer/state"
 )
 
 func TestRuntimes(t *testing.T) {
@@ -28,6 +29,40 @@ func TestRuntimes(t *testing.T) {
 	t.Run("other clusters are not connected to", func(t *testing.T) {
 		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+remote)), Warn, "runtime edge (cluster edge-cluster) runs on other clusters", "checked when the runtimes are installed")
 	})
+
+	// Runtimes the installation already records.
+	clusterEnsureNamespace(t, c, "onprem")
+	store := state.NewStore(c.Client, "onprem")
+	record := func(rts map[string]state.Runtime) {
+		t.Helper()
+		st, err := store.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Installation, st.Version, st.Runtimes = "onprem", "2.8.0", rts
+		if err := store.Save(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("a second runtime on the platform's cluster", func(t *testing.T) {
+		record(map[string]state.Runtime{"other": {Server: c.RESTConfig.Host, Namespace: "other", Status: "deployed"}})
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Fail,
+			"spec.runtimes[0]: the cluster of runtime main already runs runtime other", "a cluster runs one runtime", "onprem runtime uninstall other")
+	})
+	t.Run("a name installed on another cluster", func(t *testing.T) {
+		record(map[string]state.Runtime{"main": {Server: "https://10.9.9.9:6443", Context: "far", Namespace: "main", Status: "deployed"}})
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Fail,
+			"runtime main is already installed on the cluster at https://10.9.9.9:6443", "names are unique", "give this runtime another name")
+	})
+	t.Run("the recorded runtime, where it runs", func(t *testing.T) {
+		record(map[string]state.Runtime{"main": {Server: c.RESTConfig.Host, Namespace: "main", Status: "deployed"}})
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Pass, "agree with the configuration")
+	})
+	t.Run("a second runtime on a recorded remote cluster", func(t *testing.T) {
+		record(map[string]state.Runtime{"far": {Server: "https://10.9.9.9:6443", Context: "edge-cluster", Namespace: "far", Status: "deployed"}})
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+remote)), Fail, "the cluster of runtime edge already runs runtime far")
+	})
+	record(nil)
 
 	dc, err := dynamic.NewForConfig(c.RESTConfig)
 	if err != nil {
