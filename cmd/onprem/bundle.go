@@ -79,6 +79,9 @@ docker config, or --docker-config), unless:
                              org.opencontainers.image.ref.name holding e.g.
                              docker.io/library/redis:7.2.7)
 
+The release's GitOps runtime chart is fetched from its chart repository (or
+your mirror of it, --chart-repository) and carried too, its digest pinned.
+
 Multi-platform images are narrowed to --platform (default linux/amd64).
 The file is written next to FILE under a temporary name and renamed when
 complete: after any failure (a missing image, a full disk, Ctrl-C) no
@@ -114,6 +117,10 @@ partial bundle is left behind. Progress goes to stderr.`,
 	f.StringVar(&a.DockerConfig, "docker-config", "", "credentials for the source registries: a docker config.json or a dockerconfigjson Secret (default: your docker config)")
 	f.BoolVar(&a.Insecure, "insecure", false, "source registries may use plain HTTP or untrusted certificates")
 	f.IntVar(&a.Concurrency, "concurrency", 4, "images resolved at once")
+	f.StringVar(&a.RuntimeChartRepository, "chart-repository", "", "a mirror of the release's GitOps runtime chart repository: oci://HOST/PATH or https://HOST/PATH (default: the release's)")
+	f.BoolVar(&a.RuntimeChart.PlainHTTP, "chart-plain-http", false, "reach an oci:// chart repository over plain HTTP")
+	f.StringVar(&a.RuntimeChart.CAFile, "chart-ca-file", "", "CA certificates (PEM) for the chart repository")
+	f.StringVar(&a.RuntimeChart.RegistryConfig, "chart-registry-config", "", "docker config.json with credentials for an oci:// chart repository")
 	return cmd
 }
 

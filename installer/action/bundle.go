@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"onprem.dev/onprem/installer/chartfetch"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,10 @@ type BundleCreate struct {
 	Concurrency int
 	// Progress receives byte counts while blobs are copied.
 	Progress bundle.ProgressFunc
+	// RuntimeChartRepository replaces the release's runtime chart
+	// repository (a mirror of it), and RuntimeChart tunes its download.
+	RuntimeChartRepository string
+	RuntimeChart           chartfetch.Options
 }
 
 // Run checks the options, finds the release and every image, and writes
@@ -94,6 +99,9 @@ func (c *BundleCreate) Run(ctx context.Context) (*bundle.CreateResult, error) {
 		Platform:       plat,
 		Concurrency:    c.Concurrency,
 		Progress:       c.Progress,
+
+		RuntimeChartRepository: c.RuntimeChartRepository,
+		RuntimeChart:           c.RuntimeChart,
 	}
 	if c.KeyPath != "" {
 		k, err := bundle.LoadPrivateKey(c.KeyPath)

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"onprem.dev/onprem/installer/chartfetch"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -153,7 +155,7 @@ func TestBundleBadInputIsAnInputErrorAndWritesNothing(t *testing.T) {
 	missingConfig := filepath.Join(dir, "none.yaml")
 	create := func(mod func(c *BundleCreate)) func() error {
 		return func() error {
-			c := &BundleCreate{Source: Source{Lookup: noEnv}, Version: "2.8.0", Output: out}
+			c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{Lookup: noEnv}, Version: "2.8.0", Output: out}
 			mod(c)
 			_, err := c.Run(ctx)
 			return err
@@ -245,7 +247,7 @@ func TestBundleCreateVerifyInspectPush(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "platform.bundle")
 
 	var prog bundleProgress
-	res, err := (&BundleCreate{Version: "2.8.0", Output: file, OCILayout: oci, KeyPath: keys.PrivateKey, Progress: prog.fn()}).Run(ctx)
+	res, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci, KeyPath: keys.PrivateKey, Progress: prog.fn()}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +365,7 @@ func TestBundleCreateTakesTheReleaseFromTheConfiguration(t *testing.T) {
 
 	// spec.version is 2.7.1: its images are not in the layout.
 	var ie *bundle.ImageError
-	_, err := (&BundleCreate{Source: Source{ConfigPath: path, Lookup: noEnv}, Output: file, OCILayout: oci}).Run(ctx)
+	_, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{ConfigPath: path, Lookup: noEnv}, Output: file, OCILayout: oci}).Run(ctx)
 	if !errors.As(err, &ie) || !errors.Is(err, bundle.ErrImageNotFound) {
 		t.Fatalf("2.7.1 from a 2.8.0 layout: %v", err)
 	}
@@ -372,7 +374,7 @@ func TestBundleCreateTakesTheReleaseFromTheConfiguration(t *testing.T) {
 	}
 
 	// Version overrides spec.version; spec.images.platform still counts.
-	res, err := (&BundleCreate{Source: Source{ConfigPath: path, Lookup: noEnv}, Version: "2.8.0", Output: file, OCILayout: oci}).Run(ctx)
+	res, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{ConfigPath: path, Lookup: noEnv}, Version: "2.8.0", Output: file, OCILayout: oci}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +415,7 @@ func TestBundleCreateImageSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "p.bundle")
-	c := &BundleCreate{Version: "2.8.0", Output: file, OCILayout: oci}
+	c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci}
 	var ie *bundle.ImageError
 	if _, err := c.Run(ctx); !errors.As(err, &ie) || ie.Name != "redis" && ie.Name != "traefik" {
 		t.Fatalf("without the image sources: %v", err)
@@ -472,7 +474,7 @@ func TestBundleCreateFromRegistriesWithDockerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "p.bundle")
-	c := &BundleCreate{Source: Source{Releases: set.With(&rel)}, Version: "2.8.0", Output: file, Insecure: true,
+	c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{Releases: set.With(&rel)}, Version: "2.8.0", Output: file, Insecure: true,
 		DockerConfig: bundleDockerConfig(t, host, "reader", "wrong")}
 	var ae *bundle.AuthError
 	if _, err := c.Run(ctx); !errors.As(err, &ae) {
@@ -501,7 +503,7 @@ func TestBundlePushToDistribution(t *testing.T) {
 	rel := bundleRelease280(t)
 	oci, imgs := bundleLayout(t, rel, config.DefaultPlatformImages)
 	file := filepath.Join(t.TempDir(), "p.bundle")
-	if _, err := (&BundleCreate{Version: "2.8.0", Output: file, OCILayout: oci}).Run(ctx); err != nil {
+	if _, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	host := testservers.Distribution(t)
@@ -564,4 +566,12 @@ func TestBundlePushToDistribution(t *testing.T) {
 	if sum.BlobsCopied != 0 || sum.BlobsMounted != 0 || sum.BytesCopied != 0 || sum.BlobsSkipped != pairs || sum.ManifestsPushed != 0 || sum.ManifestsSkipped != len(rel.Images) {
 		t.Errorf("second push copied something: %+v", sum)
 	}
+}
+
+// runtimeMirror serves the fixture runtime chart at the version of
+// release 2.8.0 (the one these tests bundle), as an operator's mirror of
+// the upstream chart repository: no test reaches the internet.
+func runtimeMirror(t *testing.T) string {
+	t.Helper()
+	return runtimetest.ServeOCI(t, "0.26.0")
 }

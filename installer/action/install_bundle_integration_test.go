@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"onprem.dev/onprem/installer/chartfetch"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +40,7 @@ func makeBundle(t *testing.T, dir, version, registry string) (string, *release.R
 	}
 	path := filepath.Join(dir, "platform-"+version+".bundle")
 	if _, err := bundle.Create(ctx, bundle.CreateOptions{Release: rel, Output: path,
+		RuntimeChartRepository: runtimetest.ServeOCI(t, rel.Runtime.ChartVersion), RuntimeChart: chartfetch.Options{PlainHTTP: true},
 		Source: bundle.SourceFunc(func(context.Context, bundle.ImageRequest) (v1.Image, error) { return random.Image(512, 1) }),
 	}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"onprem.dev/onprem/charts"
+	"onprem.dev/onprem/installer/chartfetch"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
@@ -48,6 +50,15 @@ type CreateOptions struct {
 	// embedded in this onprem, charts.FS and manifests.FS).
 	Charts    fs.FS
 	Manifests fs.FS
+	// RuntimeChart says how the release's runtime chart (release.Runtime,
+	// a chart of a remote repository) is fetched: credentials, CA, plain
+	// HTTP, cache. The bundle carries it unpacked under charts/<chart>/
+	// and its release manifest pins the archive's digest (runtime.digest).
+	RuntimeChart chartfetch.Options
+	// RuntimeChartRepository, when set, is used instead of the release's
+	// runtime.repository: a mirror of it (oci://HOST/PATH or an https
+	// Helm repository).
+	RuntimeChartRepository string
 	// SigningKey signs the checksums (optional).
 	SigningKey ed25519.PrivateKey
 	// Concurrency bounds the images resolved at once (default 4).
@@ -90,7 +101,9 @@ type blob struct {
 
 // Create writes a bundle of a release: its images as one OCI layout (blobs
 // stored once), the release manifest with every digest pinned, the charts
-// and manifests trees, the checksums and, with a key, their signature.
+// and manifests trees (with the release's runtime chart, fetched from its
+// chart repository and unpacked beside the others), the checksums and,
+// with a key, their signature.
 func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err error) {
 	start := time.Now()
 	if opts.Release == nil {
@@ -132,6 +145,15 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 			return nil, fmt.Errorf("create bundle: component %s uses chart %q, which is not among the charts (%v)", c.Name, c.Chart, chartNames)
 		}
 	}
+	runtimeChart, err := fetchRuntimeChart(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("create bundle: %w", err)
+	}
+	if runtimeChart != nil {
+		// The fetched chart is the one carried, not a folder of the same
+		// name in the charts tree.
+		chartNames = slices.DeleteFunc(chartNames, func(n string) bool { return n == rel.Runtime.Chart })
+	}
 
 	slog.Info("bundle: resolving images", "release", rel.Version, "images", len(rel.Images))
 	resolved, err := resolveImages(ctx, opts.Source, rel, opts.PlatformImages, opts.Concurrency)
@@ -144,6 +166,11 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	pinned.Images = make([]release.Image, len(resolved))
 	for i, r := range resolved {
 		pinned.Images[i] = r.img
+	}
+	if runtimeChart != nil {
+		rc := *rel.Runtime
+		rc.Digest = runtimeChart.archive.Digest
+		pinned.Runtime = &rc
 	}
 	relYAML, err := yaml.Marshal(&pinned)
 	if err != nil {
@@ -256,6 +283,13 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 			return nil, fmt.Errorf("create bundle: %w", err)
 		}
 	}
+	if runtimeChart != nil {
+		for _, f := range runtimeChart.files {
+			if err := out.bytes(path.Join(chartsDir, rel.Runtime.Chart, f.Name), f.Data); err != nil {
+				return nil, fmt.Errorf("create bundle: the runtime chart: %w", err)
+			}
+		}
+	}
 	if _, err := out.tree(opts.Manifests, ".", manifestsDir); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
@@ -299,6 +333,46 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	}
 	slog.Info("bundle: written", "path", res.Path, "size", res.Size, "images", res.Images, "blobs", res.Blobs)
 	return res, nil
+}
+
+// runtimeChart is the release's runtime chart, fetched, and its files.
+type runtimeChart struct {
+	archive *chartfetch.Archive
+	files   []chartfetch.File
+}
+
+// fetchRuntimeChart fetches the release's runtime chart (nil when the
+// release has none) from its repository or opts.RuntimeChartRepository.
+// A digest the release pins must match.
+func fetchRuntimeChart(ctx context.Context, opts CreateOptions) (*runtimeChart, error) {
+	rel := opts.Release
+	if rel.Runtime == nil {
+		return nil, nil
+	}
+	for _, c := range rel.Components {
+		if c.Chart == rel.Runtime.Chart {
+			return nil, fmt.Errorf("component %s uses chart %q, the name of the release's runtime chart: a bundle cannot carry both", c.Name, c.Chart)
+		}
+	}
+	src := chartfetch.FromRelease(rel.Runtime)
+	if opts.RuntimeChartRepository != "" {
+		src.Repository = opts.RuntimeChartRepository
+	}
+	slog.Info("bundle: fetching the runtime chart", "chart", src.Chart, "version", src.Version, "repository", src.Repository)
+	a, err := chartfetch.Fetch(ctx, src, opts.RuntimeChart)
+	if err != nil {
+		return nil, fmt.Errorf("the runtime chart: %w", err)
+	}
+	files, err := a.Files()
+	if err != nil {
+		return nil, fmt.Errorf("the runtime chart %s: %w", src, err)
+	}
+	for _, f := range files {
+		if p := path.Join(chartsDir, src.Chart, f.Name); !validEntryName(p) {
+			return nil, fmt.Errorf("the runtime chart %s: file %q cannot be stored in a bundle", src, f.Name)
+		}
+	}
+	return &runtimeChart{archive: a, files: files}, nil
 }
 
 // testWrapOutput lets tests put a failing writer (a full disk) between

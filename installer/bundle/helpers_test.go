@@ -78,7 +78,9 @@ type fixture struct {
 // newFixture takes the newest embedded release, moves its infrastructure
 // images to a loopback registry, and builds every image: all share a base
 // layer of baseSize bytes, every third one also a middle layer, and each
-// has its own layer of ownSize bytes.
+// has its own layer of ownSize bytes. The release's runtime chart, which
+// lives in a remote chart repository, is left out (newRuntimeChart
+// serves one on loopback).
 func newFixture(t testing.TB, baseSize, ownSize int) *fixture {
 	t.Helper()
 	set, err := release.Embedded()
@@ -86,6 +88,7 @@ func newFixture(t testing.TB, baseSize, ownSize int) *fixture {
 		t.Fatal(err)
 	}
 	rel := *set.Latest()
+	rel.Runtime = nil
 	host := testservers.Registry(t)
 	f := &fixture{platformImages: host + "/codefresh", srcHost: host, byRef: map[string]v1.Image{}}
 	rel.Images = append([]release.Image(nil), rel.Images...)
