@@ -11,6 +11,7 @@ import (
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/runner"
+	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
@@ -49,6 +50,9 @@ type Install struct {
 	// Preflight receives the preflight report before anything is changed
 	// (may be nil).
 	Preflight func(*preflight.Report)
+	// RuntimeFetch says where the runtimes of spec.runtimes[] get their
+	// chart and how Git hosts are reached.
+	RuntimeFetch RuntimeFetch
 }
 
 // InstallResult is what an install did.
@@ -66,7 +70,11 @@ type InstallResult struct {
 	// registered with the installation, left alone.
 	Runners           []runner.Result `json:"runners,omitempty"`
 	UndeclaredRunners []string        `json:"undeclaredRunners,omitempty"`
-	Elapsed           time.Duration   `json:"elapsed"`
+	// Runtimes are the runtimes of spec.runtimes[], installed or converged
+	// after the runners; UndeclaredRuntimes the other recorded runtimes.
+	Runtimes           []runtime.Result `json:"runtimes,omitempty"`
+	UndeclaredRuntimes []string         `json:"undeclaredRuntimes,omitempty"`
+	Elapsed            time.Duration    `json:"elapsed"`
 }
 
 // Run installs. On a component failure it returns the result with the
@@ -98,6 +106,15 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	declaredRuntimes, err := connectRuntimes(ctx, in, i.Cluster, cl)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, d := range declaredRuntimes {
+			clear(d.token)
+		}
+	}()
 	out := &InstallResult{Installation: in.Metadata.Name, Namespace: res.Namespace, Version: res.Version, DryRun: i.DryRun}
 	// Every check runs before anything is touched (the lock below creates
 	// the namespace on a first install).
@@ -177,6 +194,11 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	}
 	p := &runner.Platform{Cluster: cl, Namespace: res.Namespace, Store: store, State: st, Installation: in}
 	out.Runners, out.UndeclaredRunners, err = convergeRunners(ctx, l, p, res.Version, declared, runner.Options{Timeout: i.Timeout, Reporter: i.Reporter})
+	if err == nil {
+		rp := runtimePlatform(cl, res.Namespace, store, st, in)
+		out.Runtimes, out.UndeclaredRuntimes, err = convergeRuntimes(ctx, l, rp, res.Version, declaredRuntimes,
+			runtime.Options{Timeout: i.Timeout, Reporter: i.Reporter, Git: i.RuntimeFetch.Git}, i.RuntimeFetch)
+	}
 	out.Elapsed = time.Since(start)
 	if err != nil {
 		if ferr := finish(state.OutcomeFailed, err.Error()); ferr != nil {

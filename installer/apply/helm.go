@@ -249,6 +249,9 @@ func (h *HelmReleases) chart(c *render.Component) (*chartv2.Chart, error) {
 			Description: "the platform's namespace-level objects, rendered by onprem from its kustomize bases",
 		}}, nil
 	}
+	if c.Loaded != nil {
+		return c.Loaded, nil
+	}
 	fsys := h.charts
 	if fsys == nil {
 		fsys = charts.FS

@@ -234,10 +234,15 @@ func TestValidateRules(t *testing.T) {
 			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a"}
 		}, []string{
 			`spec.runtimes[1].cluster: spec.runtimes[0] already runs on the cluster of kubeconfig "/k", context "prod": one runtime per cluster; set cluster.kubeconfig or cluster.context to another cluster`}},
-		{"runtime config without runtimes", func(in *Installation) {
-			in.Spec.RuntimeConfig.Repository.URL = "https://git.example.com/c.git"
+		{"runtime config without runtimes: a bad URL", func(in *Installation) {
+			in.Spec.RuntimeConfig.Repository.URL = "ssh://git.example.com/c.git"
 		}, []string{
-			`spec.runtimeConfig: set but there are no runtimes: add spec.runtimes or remove it`}},
+			`spec.runtimeConfig.repository.url: "ssh://git.example.com/c.git" has scheme "ssh" (valid: an http:// or https:// URL, e.g. https://git.example.com/platform/gitops.git)`}},
+		{"runtime config without runtimes: a designation without a repository", func(in *Installation) {
+			in.Spec.RuntimeConfig.ConfigRuntime = "Edge"
+		}, []string{
+			`spec.runtimeConfig.configRuntime: "Edge" is not a valid DNS label: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`,
+			`spec.runtimeConfig.configRuntime: set but there is no repository: set spec.runtimeConfig.repository.url, or remove configRuntime`}},
 		{"runtime config url scheme", func(in *Installation) {
 			in.Spec.Runtimes = []Runtime{{Name: "a", Namespace: "a", GitToken: SecretSource{Env: "T"}}}
 			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "git.example.com/c.git"}, ConfigRuntime: "a"}

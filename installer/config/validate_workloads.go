@@ -158,8 +158,15 @@ func (v *validator) runtimeConfig(s *Spec) {
 	rc := s.RuntimeConfig
 	const path = "spec.runtimeConfig"
 	if len(s.Runtimes) == 0 {
-		if rc != (RuntimeConfig{}) {
-			v.c.add(path, "", "set but there are no runtimes: add spec.runtimes or remove it")
+		// Runtimes installed with 'onprem runtime install' share this
+		// repository too: it may be given alone.
+		if rc.Repository != (GitRepository{}) {
+			v.gitURL(path+".repository.url", rc.Repository.URL)
+		} else if rc.ConfigRuntime != "" {
+			v.c.add(path+".configRuntime", "", "set but there is no repository: set spec.runtimeConfig.repository.url, or remove configRuntime")
+		}
+		if rc.ConfigRuntime != "" {
+			v.check(path+".configRuntime", checkDNSLabel(rc.ConfigRuntime), "")
 		}
 		return
 	}

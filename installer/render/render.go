@@ -55,6 +55,10 @@ type Component struct {
 	DependsOn    []string                     `json:"dependsOn,omitempty"`
 	Values       map[string]any               `json:"-"`
 	Objects      []*unstructured.Unstructured `json:"objects"`
+	// Loaded, when set, is the chart itself (a remote chart fetched for
+	// the render, such as a runtime's), which apply uses instead of
+	// reading Chart from its charts.
+	Loaded *chartv2.Chart `json:"-"`
 }
 
 // Result is a rendered platform.

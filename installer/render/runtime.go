@@ -169,7 +169,7 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
 	}
 	installOrder(out)
-	return &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out}, nil
+	return &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out, Loaded: o.Chart}, nil
 }
 
 // namespaced tells the cluster-scoped kinds a runtime chart brings.

@@ -1,0 +1,603 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/configrepo"
+	"onprem.dev/onprem/installer/managedcluster"
+	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/installer/runtime"
+)
+
+func newRuntimeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runtime",
+		Short: "Install, list, upgrade and remove GitOps runtimes, their Git sources and managed clusters",
+		Long: `A GitOps runtime is an Argo-based installation (Argo CD, Workflows,
+Rollouts, Events and app-proxy) that deploys from Git. It runs on the
+platform's cluster or another one: one runtime per cluster, each with a name
+unique in the installation (default codefresh).
+
+All runtimes share one configuration repository (URL, optional branch and
+folder): the first runtime initialises its layout (resources/) and holds the
+configuration (resources/configuration) unless another is designated with
+'onprem runtime designate-config'.
+
+The Git token is read from a file (--git-token-file) or the environment
+variable ONPREM_GIT_TOKEN, never from a flag value (it would land in shell
+history). It is checked against the configuration repository before
+anything is created, stored only as a Secret on the runtime's cluster
+(onprem-runtime-git in its namespace) and never printed, logged or recorded.
+
+The runtime chart is the release's: fetched from its chart repository (OCI
+or HTTP), from a mirror (--chart-repository), or taken from the bundle of the
+installed version.
+
+Clusters involved:
+
+  --kubeconfig, --context                  the platform's cluster: its state
+                                           records the runtimes
+  --runtime-kubeconfig, --runtime-context  the runtime's cluster (default:
+                                           the platform's)
+
+Runtimes can also be declared in onprem.yaml (spec.runtimes[],
+spec.runtimeConfig): 'onprem install' installs or converges them, with
+their Git sources, after the platform and its runners.
+
+Exit codes: 0 done, 1 failed, 2 bad arguments, configuration or a refused
+Git token (nothing was changed), 3 a cluster is unreachable or refused
+access (the message names its kubeconfig, context and server).`,
+	}
+	cmd.AddCommand(newRuntimeInstallCmd(), newRuntimeListCmd(), newRuntimeUpgradeCmd(), newRuntimeUninstallCmd(),
+		newRuntimeDesignateCmd(), newGitSourceCmd(), newRuntimeClusterCmd())
+	return cmd
+}
+
+// addRuntimeClusterFlags adds --runtime-kubeconfig and --runtime-context.
+func addRuntimeClusterFlags(cmd *cobra.Command, ref *config.ClusterRef, def string) {
+	cmd.Flags().StringVar(&ref.Kubeconfig, "runtime-kubeconfig", "", "kubeconfig of the runtime's cluster (default: "+def+")")
+	cmd.Flags().StringVar(&ref.Context, "runtime-context", "", "context of the runtime's cluster (default: "+def+")")
+}
+
+// addGitFlags adds how Git hosts are reached.
+func addGitFlags(cmd *cobra.Command, g *configrepo.Remote) {
+	cmd.Flags().StringVar(&g.CAFile, "git-ca-file", "", "CA certificates (PEM) that the Git host's certificate is checked against")
+	cmd.Flags().BoolVar(&g.InsecureSkipTLSVerify, "git-insecure-skip-tls-verify", false, "do not check the Git host's certificate (a lab only)")
+}
+
+// addFetchFlags adds where the runtime chart comes from, and the Git flags.
+func addFetchFlags(cmd *cobra.Command, f *action.RuntimeFetch) {
+	cmd.Flags().StringVar(&f.ChartRepository, "chart-repository", "", "a mirror of the release's runtime chart repository: oci://HOST/PATH or https://HOST/PATH (default: the release's)")
+	cmd.Flags().BoolVar(&f.Chart.PlainHTTP, "chart-plain-http", false, "reach an oci:// chart repository over plain HTTP (a lab registry)")
+	cmd.Flags().StringVar(&f.Chart.CAFile, "chart-ca-file", "", "CA certificates (PEM) for the chart repository")
+	cmd.Flags().StringVar(&f.Chart.RegistryConfig, "chart-registry-config", "", "docker config.json with credentials for an oci:// chart repository")
+	addGitFlags(cmd, &f.Git)
+}
+
+// runThenPrint runs an action with progress on stderr and writes its
+// result (even a partial one, on failure) in the chosen format.
+func runThenPrint[T any](cmd *cobra.Command, format string, setReporter func(apply.Reporter), run func(context.Context) (T, error), table func(io.Writer, T), present func(T) bool) error {
+	if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+		return inputError{err}
+	}
+	stop := func() {}
+	if setReporter != nil {
+		rep, s := progress(cmd.ErrOrStderr())
+		setReporter(rep)
+		stop = s
+	}
+	res, err := run(cmd.Context())
+	stop()
+	if present(res) {
+		if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { table(w, res) }); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+func notNil[T any](p *T) bool { return p != nil }
+
+func newRuntimeInstallCmd() *cobra.Command {
+	a := &action.RuntimeInstall{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "install [NAME]",
+		Short: "Install a GitOps runtime (default name codefresh)",
+		Long: `Install the GitOps runtime NAME (default codefresh) on the runtime's
+cluster (default: the platform's), at the installed platform version.
+Running it again changes nothing; it converges a runtime whose settings
+changed.
+
+Needs the platform installed (with its gitops module), its configuration
+(-c) and the configuration repository (spec.runtimeConfig.repository, or
+--config-repo for the first runtime). When onprem.yaml declares NAME in
+spec.runtimes[], its cluster, namespace and token source are the defaults
+here; the flags win.
+
+Before anything is created: the name must be free in the installation, the
+cluster must run no other runtime and no foreign Argo CD, and the Git host
+must accept the token (a refused token leaves nothing behind, exit 2).
+
+What it creates on the runtime's cluster: the namespace (Pod Security
+"restricted"), the Secret onprem-runtime-git (the token, as an Argo CD
+credential template for the configuration repository), and the Helm release
+runtime-NAME. In the configuration repository: the resources/ layout on the
+first runtime, and resources/configuration naming the configuration runtime.`,
+		Example: `  ONPREM_GIT_TOKEN=... onprem runtime install -c onprem.yaml
+  onprem runtime install edge -c onprem.yaml --runtime-context edge --git-token-file /run/secrets/git-token
+  onprem runtime install -c onprem.yaml --config-repo https://git.example.com/platform/gitops.git --config-repo-path runtimes --git-token-file token.txt
+  onprem runtime install -c onprem.yaml --chart-repository oci://registry.example.com/charts --git-token-file token.txt`,
+		Args: inputArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				a.Name = args[0]
+			}
+			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run,
+				func(w io.Writer, r *runtime.Result) { printRuntimeResults(w, []runtime.Result{*r}) }, notNil)
+		},
+	}
+	addRunnerSourceFlags(cmd, &a.Source)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "spec.runtimes[]'s, else the platform's")
+	cmd.Flags().StringVar(&a.Namespace, "runtime-namespace", "", "the runtime's namespace (default: spec.runtimes[]'s, else the runtime's name)")
+	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding the Git token (default: the environment variable "+runtime.TokenEnv+", then spec.runtimes[].gitToken)")
+	cmd.Flags().StringVar(&a.Repository.URL, "config-repo", "", "the configuration repository's https URL (default: spec.runtimeConfig.repository.url; only before the first runtime)")
+	cmd.Flags().StringVar(&a.Repository.Branch, "config-repo-branch", "", "its branch (default: the repository's default branch)")
+	cmd.Flags().StringVar(&a.Repository.Path, "config-repo-path", "", "the folder inside it (default: its root)")
+	addFetchFlags(cmd, &a.Fetch)
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the runtime may take to become ready")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newRuntimeUpgradeCmd() *cobra.Command {
+	a := &action.RuntimeUpgrade{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "upgrade NAME... | --all",
+		Short: "Bring runtimes to the installed platform version",
+		Long: `Upgrade runtimes to the runtime chart of the installed platform version and
+to the platform's current configuration. Run it after 'onprem upgrade
+apply'. The Git token kept on each runtime's cluster is reused;
+--git-token-file replaces it (one runtime at a time), checked against the
+configuration repository first. A runtime that fails does not stop the
+others.`,
+		Example: `  onprem runtime upgrade --all -c onprem.yaml
+  onprem runtime upgrade edge -c onprem.yaml --git-token-file new-token.txt`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a.Names = args
+			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRuntimeResults,
+				func(r []runtime.Result) bool { return r != nil })
+		},
+	}
+	addRunnerSourceFlags(cmd, &a.Source)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
+	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runtime of the installation")
+	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding a new Git token (default: keep the one on the runtime's cluster)")
+	addFetchFlags(cmd, &a.Fetch)
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each runtime may take to become ready")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newRuntimeUninstallCmd() *cobra.Command {
+	a := &action.RuntimeUninstall{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "uninstall NAME",
+		Short: "Remove a GitOps runtime from its cluster",
+		Long: `Remove the runtime NAME: its Helm release (with its Git sources), the Git
+token Secret, the managed clusters' Secrets and the namespace onprem created
+for it; then its record. The configuration repository and its content stay.
+
+The configuration runtime cannot be removed while other runtimes exist:
+designate another first ('onprem runtime designate-config OTHER'). If the
+runtime's cluster is gone for good, --forget removes the record only.`,
+		Example: `  onprem runtime uninstall edge
+  onprem runtime uninstall old --forget`,
+		Args: inputArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a.Name = args[0]
+			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, func(w io.Writer, res *runtime.UninstallResult) {
+				for _, r := range res.Removed {
+					fmt.Fprintf(w, "removed: %s\n", r)
+				}
+				for _, k := range res.Kept {
+					fmt.Fprintf(w, "kept: %s\n", k)
+				}
+			}, notNil)
+		},
+	}
+	addRunnerTargetFlags(cmd, &a.Target)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
+	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the record (the runtime's cluster is gone for good)")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the removal may take")
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newRuntimeListCmd() *cobra.Command {
+	a := &action.RuntimeList{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the GitOps runtimes and whether they are ready",
+		Long: `List the runtimes of the installation (from its state on the platform's
+cluster): cluster, namespace, version, which one holds the configuration,
+and the readiness of their workloads. A runtime whose cluster cannot be
+reached is shown as unreachable, with the reason; that is not an error.`,
+		Example: `  onprem runtime list
+  onprem runtime list -o json`,
+		Args: inputArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runThenPrint(cmd, format, nil, a.Run, printRuntimeList, notNil)
+		},
+	}
+	addRunnerTargetFlags(cmd, &a.Target)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	cmd.Flags().DurationVar(&a.RuntimeTimeout, "runtime-timeout", 0, "how long to try each runtime's cluster (default 5s)")
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newRuntimeDesignateCmd() *cobra.Command {
+	a := &action.RuntimeDesignate{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "designate-config NAME",
+		Short: "Make a runtime the one that holds the configuration",
+		Long: `Move the designation of the configuration runtime to NAME: the
+configuration repository's resources/configuration is rewritten to name it
+(one commit, pushed with NAME's Git token, read from its cluster), then the
+installation records it. Do this before uninstalling the configuration
+runtime while others exist.`,
+		Example: `  onprem runtime designate-config edge`,
+		Args:    inputArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a.Name = args[0]
+			return runThenPrint(cmd, format, nil, a.Run, func(w io.Writer, r *runtime.DesignateResult) {
+				if r.Previous == r.ConfigRuntime {
+					fmt.Fprintf(w, "runtime %s already holds the configuration\n", r.ConfigRuntime)
+					return
+				}
+				fmt.Fprintf(w, "runtime %s now holds the configuration (was: %s)\n", r.ConfigRuntime, orNone(r.Previous))
+				if r.RepositoryCommit != "" {
+					fmt.Fprintf(w, "configuration repository: commit %s\n", r.RepositoryCommit)
+				}
+			}, func(r *runtime.DesignateResult) bool { return r != nil && r.ConfigRuntime != "" })
+		},
+	}
+	addRunnerTargetFlags(cmd, &a.Target)
+	addPlatformClusterFlags(cmd, &a.Cluster)
+	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
+	addGitFlags(cmd, &a.Git)
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
+	return cmd
+}
+
+func newGitSourceCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "git-source",
+		Short: "Add, list and remove a runtime's Git sources",
+		Long: `A Git source is a folder of a Git repository that a runtime syncs into its
+cluster: an Argo CD Application in the runtime's namespace (automated sync,
+prune and self-heal). A runtime has any number of them. The runtime's Git
+token must be accepted by the source's repository; it is checked before the
+source is created.`,
+	}
+	add := &action.GitSourceAdd{}
+	var addFormat string
+	addCmd := &cobra.Command{
+		Use:   "add NAME --runtime RUNTIME --repo URL",
+		Short: "Add a Git source to a runtime",
+		Example: `  onprem runtime git-source add apps --runtime codefresh --repo https://git.example.com/team/apps.git --path prod
+  onprem runtime git-source add infra --runtime edge --repo https://git.example.com/infra.git --branch release --destination infra`,
+		Args: inputArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			add.Source.Name = args[0]
+			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, gs *runtime.GitSource) {
+				printGitSources(w, []runtime.GitSource{*gs})
+			}, notNil)
+		},
+	}
+	addRunnerTargetFlags(addCmd, &add.Target)
+	addPlatformClusterFlags(addCmd, &add.Cluster)
+	addRuntimeClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
+	addCmd.Flags().StringVar(&add.Source.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+	addCmd.Flags().StringVar(&add.Source.Repository.URL, "repo", "", "the source repository's https clone URL (required)")
+	addCmd.Flags().StringVar(&add.Source.Repository.Branch, "branch", "", "branch, tag or commit (default: the repository's HEAD)")
+	addCmd.Flags().StringVar(&add.Source.Repository.Path, "path", "", "folder inside the repository (default: its root)")
+	addCmd.Flags().StringVar(&add.Source.Destination, "destination", "", "namespace its objects go to (default: the runtime's)")
+	addGitFlags(addCmd, &add.Git)
+	addLockFlags(addCmd, &add.LockWait, &add.LockLease)
+	addCmd.Flags().StringVarP(&addFormat, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(addCmd)
+
+	list := &action.GitSourceList{}
+	var listFormat string
+	listCmd := &cobra.Command{
+		Use:     "list --runtime RUNTIME",
+		Short:   "List a runtime's Git sources with their sync and health",
+		Example: `  onprem runtime git-source list --runtime codefresh -o json`,
+		Args:    inputArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runThenPrint(cmd, listFormat, nil, list.Run, printGitSources, func(r []runtime.GitSource) bool { return r != nil })
+		},
+	}
+	addRunnerTargetFlags(listCmd, &list.Target)
+	addPlatformClusterFlags(listCmd, &list.Cluster)
+	addRuntimeClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
+	listCmd.Flags().StringVar(&list.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+	listCmd.Flags().StringVarP(&listFormat, "output", "o", output.Table, "output: table, json or yaml")
+	refuseNamespaceFlag(listCmd)
+
+	rm := &action.GitSourceRemove{}
+	rmCmd := &cobra.Command{
+		Use:     "remove NAME --runtime RUNTIME",
+		Short:   "Remove a Git source from a runtime",
+		Long:    `Remove the Git source NAME (its Argo CD Application; Argo CD prunes what it deployed). The repository is not touched.`,
+		Example: `  onprem runtime git-source remove apps --runtime codefresh`,
+		Args:    inputArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rm.Name = args[0]
+			if err := rm.Run(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "git source %s removed from runtime %s\n", rm.Name, rm.Runtime)
+			return nil
+		},
+	}
+	addRunnerTargetFlags(rmCmd, &rm.Target)
+	addPlatformClusterFlags(rmCmd, &rm.Cluster)
+	addRuntimeClusterFlags(rmCmd, &rm.RuntimeCluster, "as recorded at install")
+	rmCmd.Flags().StringVar(&rm.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+	addLockFlags(rmCmd, &rm.LockWait, &rm.LockLease)
+	refuseNamespaceFlag(rmCmd)
+
+	cmd.AddCommand(addCmd, listCmd, rmCmd)
+	return cmd
+}
+
+func printRuntimeResults(w io.Writer, rs []runtime.Result) {
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, "RUNTIME\tRESULT\tREVISION\tNAMESPACE\tCLUSTER\tVERSION\tCONFIG\tTIME")
+	for _, r := range rs {
+		cfg := ""
+		if r.ConfigRuntime == r.Name {
+			cfg = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Action, r.Revision, r.Namespace, clusterOf(r.Context, r.Server), r.Version, cfg, round(r.Elapsed))
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if r.RepositoryCommit != "" {
+			fmt.Fprintf(w, "runtime %s: configuration repository updated (commit %s)\n", r.Name, r.RepositoryCommit)
+		}
+		if r.Error != "" {
+			fmt.Fprintf(w, "runtime %s: %s\n", r.Name, r.Error)
+			for _, n := range r.NotReady {
+				fmt.Fprintf(w, "  %s\n", n)
+			}
+		}
+	}
+}
+
+func printRuntimeList(w io.Writer, res *action.RuntimeListResult) {
+	if len(res.Runtimes) == 0 {
+		fmt.Fprintf(w, "no GitOps runtimes in the installation in namespace %s\n", res.Namespace)
+		return
+	}
+	fmt.Fprintf(w, "configuration repository: %s (held by runtime %s)\n", orNone(res.Repository), orNone(res.ConfigRuntime))
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, "RUNTIME\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tCONFIG\tWORKLOADS\tSTATUS")
+	for _, s := range res.Runtimes {
+		status := "ready"
+		switch {
+		case !s.Reachable:
+			status = "unreachable"
+		case !s.Ready:
+			status = "not ready"
+		}
+		if s.Recorded != "" && s.Recorded != "deployed" {
+			status += " (last install: " + s.Recorded + ")"
+		}
+		cfg := ""
+		if s.Config {
+			cfg = "yes"
+		}
+		names := make([]string, 0, len(s.Workloads))
+		for n := range s.Workloads {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var wl []string
+		for _, n := range names {
+			wl = append(wl, n+" "+s.Workloads[n])
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision, cfg, orNone(strings.Join(wl, ", ")), status)
+	}
+	tw.Flush()
+	for _, s := range res.Runtimes {
+		if s.Problem != "" {
+			fmt.Fprintf(w, "runtime %s: %s\n", s.Name, s.Problem)
+		}
+	}
+}
+
+func printGitSources(w io.Writer, gs []runtime.GitSource) {
+	if len(gs) == 0 {
+		fmt.Fprintln(w, "no git sources")
+		return
+	}
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, "SOURCE\tRUNTIME\tREPOSITORY\tBRANCH\tPATH\tDESTINATION\tSYNC\tHEALTH")
+	for _, s := range gs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Runtime, s.URL, orNone(s.Branch), orNone(s.Path), s.Destination, orNone(s.Sync), orNone(s.Health))
+	}
+	tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// addManagedPlatformFlags adds --platform-kubeconfig and
+// --platform-context: in 'runtime cluster', --kubeconfig and --context name
+// the cluster to manage.
+func addManagedPlatformFlags(cmd *cobra.Command, t *action.Target) {
+	cmd.Flags().StringVar(&t.Cluster.Kubeconfig, "platform-kubeconfig", "", "kubeconfig of the platform's cluster (default: $KUBECONFIG, then ~/.kube/config)")
+	cmd.Flags().StringVar(&t.Cluster.Context, "platform-context", "", "context of the platform's cluster (default: the current context)")
+}
+
+func newRuntimeClusterCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Add, list and remove the external clusters a runtime manages",
+		Long: `A runtime deploys into its own cluster and into the external clusters
+registered with it. Adding one creates, on that cluster, the namespace
+onprem-managed with a ServiceAccount argocd-manager-RUNTIME, its token
+Secret, and a least-privilege ClusterRole (read what Argo CD watches; write
+only the kinds a GitOps deployment applies; no escalate, bind or
+impersonate, no CRD or cluster-wide RBAC changes) with its binding; and, in
+the runtime's namespace, an Argo CD cluster Secret cluster-NAME holding the
+server, the CA and the token (never printed).
+
+Here --kubeconfig and --context name the cluster to manage; the platform's
+cluster is --platform-kubeconfig / --platform-context, and the runtime's is
+reached as recorded at its install (or --runtime-kubeconfig /
+--runtime-context).`,
+	}
+
+	add := &action.RuntimeClusterAdd{}
+	var addFormat string
+	addCmd := &cobra.Command{
+		Use:   "add NAME --runtime RUNTIME --context CONTEXT",
+		Short: "Register an external cluster with a runtime",
+		Long: `Register the cluster that --context (and/or --kubeconfig) reaches with the
+runtime, under NAME. Running it again converges and keeps the token. A NAME
+already registered for another server is refused. An unreachable cluster is
+named, with exit code 3, before anything is created.`,
+		Example: `  onprem runtime cluster add prod-eu --runtime codefresh --context prod-eu
+  onprem runtime cluster add edge --runtime codefresh --kubeconfig edge.kubeconfig`,
+		Args: inputArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			add.Name = args[0]
+			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, r *managedcluster.Result) {
+				verb := "updated"
+				if r.Created {
+					verb = "registered"
+				}
+				fmt.Fprintf(w, "cluster %s (%s) %s with runtime %s: ServiceAccount %s, ClusterRole %s\n", r.Name, r.Server, verb, r.Runtime, r.ServiceAccount, r.ClusterRole)
+			}, notNil)
+		},
+	}
+	addRunnerTargetFlags(addCmd, &add.Target)
+	addManagedPlatformFlags(addCmd, &add.Target)
+	addRuntimeClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
+	addCmd.Flags().StringVar(&add.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+	addCmd.Flags().StringVar(&add.External.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to add (default: the platform's kubeconfig)")
+	addCmd.Flags().StringVar(&add.External.Context, "context", "", "context of the cluster to add")
+	addCmd.Flags().DurationVar(&add.Timeout, "timeout", 0, "how long to wait for the ServiceAccount's token (default 1m)")
+	addLockFlags(addCmd, &add.LockWait, &add.LockLease)
+	addCmd.Flags().StringVarP(&addFormat, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(addCmd)
+
+	list := &action.RuntimeClusterList{}
+	var listFormat string
+	listCmd := &cobra.Command{
+		Use:   "list --runtime RUNTIME",
+		Short: "List a runtime's managed clusters and their health",
+		Long: `List the clusters registered with the runtime, each checked with its own
+credentials: Healthy, Unreachable, Unauthorized (the token was revoked) or
+Forbidden (its permissions were changed).`,
+		Example: `  onprem runtime cluster list --runtime codefresh -o json`,
+		Args:    inputArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runThenPrint(cmd, listFormat, nil, list.Run, printManagedClusters, func(r []managedcluster.Status) bool { return r != nil })
+		},
+	}
+	addRunnerTargetFlags(listCmd, &list.Target)
+	addManagedPlatformFlags(listCmd, &list.Target)
+	addRuntimeClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
+	listCmd.Flags().StringVar(&list.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+	listCmd.Flags().DurationVar(&list.Timeout, "timeout", 0, "how long to try each cluster (default 5s)")
+	listCmd.Flags().StringVarP(&listFormat, "output", "o", output.Table, "output: table, json or yaml")
+	refuseNamespaceFlag(listCmd)
+
+	rm := &action.RuntimeClusterRemove{}
+	var rmFormat string
+	rmCmd := &cobra.Command{
+		Use:   "remove NAME --runtime RUNTIME [--context CONTEXT]",
+		Short: "Unregister a managed cluster and clean both sides",
+		Long: `Remove the runtime's cluster Secret for NAME and, with --context /
+--kubeconfig of that cluster, the ServiceAccount, its token and RBAC there.
+Without them only the runtime's side is removed, and the output says what
+stayed on the external cluster.`,
+		Example: `  onprem runtime cluster remove prod-eu --runtime codefresh --context prod-eu`,
+		Args:    inputArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rm.Name = args[0]
+			return runThenPrint(cmd, rmFormat, nil, rm.Run, printManagedRemoval, notNil)
+		},
+	}
+	addRunnerTargetFlags(rmCmd, &rm.Target)
+	addManagedPlatformFlags(rmCmd, &rm.Target)
+	addRuntimeClusterFlags(rmCmd, &rm.RuntimeCluster, "as recorded at install")
+	rmCmd.Flags().StringVar(&rm.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+	rmCmd.Flags().StringVar(&rm.External.Kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster, to clean its side too")
+	rmCmd.Flags().StringVar(&rm.External.Context, "context", "", "context of the managed cluster, to clean its side too")
+	rmCmd.Flags().DurationVar(&rm.Timeout, "timeout", 0, "how long the removal may take")
+	addLockFlags(rmCmd, &rm.LockWait, &rm.LockLease)
+	rmCmd.Flags().StringVarP(&rmFormat, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(rmCmd)
+
+	cmd.AddCommand(addCmd, listCmd, rmCmd)
+	return cmd
+}
+
+func printManagedClusters(w io.Writer, cs []managedcluster.Status) {
+	if len(cs) == 0 {
+		fmt.Fprintln(w, "no managed clusters")
+		return
+	}
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, "CLUSTER\tSERVER\tVERSION\tHEALTH\tMESSAGE")
+	for _, c := range cs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Server, orNone(c.Version), c.Health, orNone(c.Message))
+	}
+	tw.Flush()
+}
+
+func printManagedRemoval(w io.Writer, r *managedcluster.RemoveResult) {
+	for _, s := range r.Removed {
+		fmt.Fprintf(w, "removed: %s\n", s)
+	}
+	for _, s := range r.Kept {
+		fmt.Fprintf(w, "kept: %s\n", s)
+	}
+}

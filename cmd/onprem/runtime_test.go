@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const runtimeConfig = "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
+	"  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
+
+// Bad arguments exit 2 before any cluster is reached; an unreachable
+// platform cluster exits 3; the token is never taken from a flag value.
+func TestRuntimeCommandsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte(runtimeConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kc := goneKubeconfig(t, dir)
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"runtime", "install", "Bad_Name"}, exitInput, `runtime name "Bad_Name"`},
+		{[]string{"runtime", "install", "a", "b"}, exitInput, "accepts at most 1 arg"},
+		{[]string{"runtime", "install", "--git-token", "x"}, exitInput, "unknown flag: --git-token"},
+		{[]string{"runtime", "install", "--git-token-file", filepath.Join(dir, "missing"), "--kubeconfig", kc}, exitInput, "reading the Git token"},
+		{[]string{"runtime", "install", "--namespace", "x"}, exitInput, "ambiguous"},
+		{[]string{"runtime", "install", "-o", "xml"}, exitInput, "-o xml"},
+		{[]string{"runtime", "upgrade"}, exitInput, "--all"},
+		{[]string{"runtime", "upgrade", "a", "--all"}, exitInput, "not both"},
+		{[]string{"runtime", "uninstall"}, exitInput, "accepts 1 arg"},
+		{[]string{"runtime", "cluster", "add", "prod", "--platform-kubeconfig", kc}, exitInput, "say which cluster to add"},
+		{[]string{"runtime", "install", "--kubeconfig", kc, "--git-token-file", filepath.Join(dir, "onprem.yaml")}, exitCluster, "gpu-site"},
+		{[]string{"runtime", "list", "--kubeconfig", kc}, exitCluster, kc},
+		{[]string{"runtime", "uninstall", "edge", "--kubeconfig", kc}, exitCluster, kc},
+		{[]string{"runtime", "git-source", "list", "--kubeconfig", kc}, exitCluster, kc},
+		{[]string{"runtime", "cluster", "list", "--platform-kubeconfig", kc}, exitCluster, kc},
+	} {
+		code, stdout, stderr := cli(t, dir, c.args...)
+		if code != c.code || stdout != "" || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d (want %d), stdout %q, stderr %s", c.args, code, c.code, stdout, stderr)
+		}
+	}
+	// Runtimes need the GitOps module.
+	if err := os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte(runtimeConfig+"  modules:\n    gitops: {enabled: false}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := cli(t, dir, "runtime", "install", "--kubeconfig", kc); code != exitInput || !strings.Contains(stderr, "gitops module") {
+		t.Errorf("without gitops: %d %s", code, stderr)
+	}
+	// The help teaches where the token comes from and which cluster each
+	// flag names.
+	for args, wants := range map[string][]string{
+		"runtime install --help":     {"--git-token-file", "ONPREM_GIT_TOKEN", "--runtime-context", "--chart-repository", "refused token leaves nothing behind"},
+		"runtime --help":             {"designate-config", "git-source", "cluster", "one runtime per cluster"},
+		"runtime cluster --help":     {"least-privilege", "--platform-context"},
+		"runtime cluster add --help": {"--platform-context", "exit code 3"},
+	} {
+		code, stdout, _ := cli(t, dir, strings.Fields(args)...)
+		for _, want := range wants {
+			if code != 0 || !strings.Contains(stdout, want) {
+				t.Errorf("%s lacks %q", args, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,792 @@
+package action
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/chartfetch"
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/configrepo"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/managedcluster"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/runtime"
+	"onprem.dev/onprem/installer/state"
+)
+
+// RuntimeFetch says where runtime charts come from and how Git hosts are
+// reached; the zero value fetches the release's chart from its repository.
+type RuntimeFetch struct {
+	// ChartRepository replaces the release's runtime chart repository (a
+	// mirror of it: oci://registry.example.com/charts, or an https Helm
+	// repository). A bundle's chart is used first when there is one.
+	ChartRepository string
+	// Chart tunes the chart download (credentials, CA, plain HTTP, cache).
+	Chart chartfetch.Options
+	// Git tunes connections to Git hosts (CA file, no TLS check).
+	Git configrepo.Remote
+}
+
+// RuntimeInstall installs a GitOps runtime, or converges it when it is
+// already installed at the same place: on the platform's cluster or
+// another one, at the installed platform version. Its settings come from
+// spec.runtimes[] when onprem.yaml declares it there, and from the fields
+// below, which win.
+type RuntimeInstall struct {
+	Source
+	// Cluster is the platform's cluster.
+	Cluster kube.Options
+	// Name of the runtime (default codefresh).
+	Name string
+	// RuntimeCluster is the runtime's cluster (default: spec.runtimes[]'s,
+	// else the platform's).
+	RuntimeCluster config.ClusterRef
+	// Namespace is the runtime's namespace (default: its name).
+	Namespace string
+	// TokenFile holds the Git token; when empty, the environment variable
+	// TokenEnv (default runtime.TokenEnv), then spec.runtimes[].gitToken.
+	TokenFile string
+	TokenEnv  string
+	// Repository replaces spec.runtimeConfig.repository (the first runtime
+	// only: runtimes share one).
+	Repository config.GitRepository
+	Fetch      RuntimeFetch
+	Timeout    time.Duration
+	LockWait   time.Duration
+	LockLease  time.Duration
+	Reporter   apply.Reporter
+}
+
+// Run installs the runtime.
+func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
+	if a.Name == "" {
+		a.Name = config.DefaultRuntimeName
+	}
+	if _, err := render.RuntimeDefaults(config.Runtime{Name: a.Name, Namespace: a.Namespace}); err != nil {
+		return nil, inputErr(err)
+	}
+	l, err := a.Source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	if err := needGitOps(l.Installation); err != nil {
+		return nil, err
+	}
+	rt := config.Runtime{Name: a.Name}
+	for _, declared := range l.Installation.Spec.Runtimes {
+		if declared.Name == a.Name {
+			rt = declared
+		}
+	}
+	if !a.RuntimeCluster.IsPlatformCluster() {
+		rt.Cluster = a.RuntimeCluster
+	}
+	if a.Namespace != "" {
+		rt.Namespace = a.Namespace
+	}
+	if rt, err = render.RuntimeDefaults(rt); err != nil {
+		return nil, inputErr(err)
+	}
+	if a.Repository.URL != "" {
+		l.Installation.Spec.RuntimeConfig.Repository = a.Repository
+	}
+	token, err := gitToken(a.TokenFile, a.TokenEnv, rt.GitToken)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(token)
+
+	pc, err := kube.Connect(ctx, a.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := runtime.Connect(ctx, "runtime "+rt.Name+": its cluster", rt.Cluster, a.Cluster, pc)
+	if err != nil {
+		return nil, err
+	}
+	rp, unlock, ctx, err := openPlatform(ctx, l, pc, "runtime install", a.LockWait, a.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
+	return installRuntime(ctx, l, p, p.State.Version, runtime.Target{Runtime: rt, Cluster: cl, Ref: rt.Cluster, Token: token},
+		runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
+}
+
+// RuntimeUpgrade brings runtimes to the installed platform version's
+// runtime chart (and to the platform's current configuration). The Git
+// token kept on each runtime's cluster is reused unless a new one is given.
+type RuntimeUpgrade struct {
+	Source
+	Cluster kube.Options
+	Names   []string
+	All     bool
+	// RuntimeCluster overrides how the runtime's cluster is reached (one
+	// runtime only).
+	RuntimeCluster config.ClusterRef
+	// TokenFile replaces the Git token (one runtime only).
+	TokenFile string
+	Fetch     RuntimeFetch
+	Timeout   time.Duration
+	LockWait  time.Duration
+	LockLease time.Duration
+	Reporter  apply.Reporter
+}
+
+// Run upgrades the runtimes one after the other; one that fails does not
+// stop the others, and the error joins every failure.
+func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
+	switch {
+	case a.All && len(a.Names) > 0:
+		return nil, inputErr(errors.New("give runtime names or --all, not both"))
+	case !a.All && len(a.Names) == 0:
+		return nil, inputErr(errors.New("name the runtimes to upgrade, or give --all"))
+	case len(a.Names) != 1 && (!a.RuntimeCluster.IsPlatformCluster() || a.TokenFile != ""):
+		return nil, inputErr(errors.New("--runtime-kubeconfig, --runtime-context and --git-token-file apply to one runtime: upgrade the others on their own"))
+	}
+	var token []byte
+	if a.TokenFile != "" {
+		t, err := gitToken(a.TokenFile, "-", config.SecretSource{})
+		if err != nil {
+			return nil, err
+		}
+		token = t
+		defer clear(token)
+	}
+	l, err := a.Source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	pc, err := kube.Connect(ctx, a.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	rp, unlock, ctx, err := openPlatform(ctx, l, pc, "runtime upgrade", a.LockWait, a.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
+	names := a.Names
+	if a.All {
+		names = runtime.Names(p.State)
+	}
+	for _, n := range names {
+		if _, ok := p.State.Runtimes[n]; !ok {
+			return nil, inputErr(&runtime.NotFoundError{Name: n, Known: runtime.Names(p.State)})
+		}
+	}
+	var out []runtime.Result
+	var errs []error
+	for _, n := range names {
+		rec := p.State.Runtimes[n]
+		ref := runtime.RecordRef(rec)
+		if !a.RuntimeCluster.IsPlatformCluster() {
+			ref = a.RuntimeCluster
+		}
+		failed := func(err error) {
+			errs = append(errs, err)
+			out = append(out, runtime.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()})
+		}
+		cl, err := runtime.Connect(ctx, "runtime "+n+": its cluster", ref, a.Cluster, pc)
+		if err != nil {
+			failed(err)
+			continue
+		}
+		if cl.Server != rec.Server {
+			failed(inputErr(fmt.Errorf("runtime %s runs on the cluster at %s, but %s reaches %s: give its kubeconfig and context with --runtime-kubeconfig and --runtime-context",
+				n, rec.Server, describeOptions(ref), cl.Server)))
+			continue
+		}
+		t := runtime.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token}
+		res, err := installRuntime(ctx, l, p, p.State.Version, t, runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
+		if res != nil {
+			out = append(out, *res)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			if res == nil {
+				out = append(out, runtime.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()})
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// RuntimeUninstall removes a runtime from its cluster and from the
+// installation's record. The configuration runtime is refused while other
+// runtimes exist.
+type RuntimeUninstall struct {
+	Target
+	Name           string
+	RuntimeCluster config.ClusterRef
+	// Forget removes only the record, for a runtime whose cluster is gone.
+	Forget    bool
+	Timeout   time.Duration
+	LockWait  time.Duration
+	LockLease time.Duration
+	Reporter  apply.Reporter
+}
+
+// Run uninstalls the runtime.
+func (a *RuntimeUninstall) Run(ctx context.Context) (*runtime.UninstallResult, error) {
+	if a.Name == "" {
+		return nil, inputErr(errors.New("name the runtime to uninstall"))
+	}
+	if a.Forget && !a.RuntimeCluster.IsPlatformCluster() {
+		return nil, inputErr(errors.New("--forget does not reach the runtime's cluster: leave out --runtime-kubeconfig and --runtime-context"))
+	}
+	h, p, pc, err := a.Target.openRuntimes(ctx, "runtime uninstall", a.LockWait, a.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	ctx = h.ctx
+	if err := runtime.CheckUninstall(p, a.Name); err != nil {
+		return nil, inputErr(err)
+	}
+	var cl *kube.Cluster
+	if !a.Forget {
+		ref := runtime.RecordRef(p.State.Runtimes[a.Name])
+		if !a.RuntimeCluster.IsPlatformCluster() {
+			ref = a.RuntimeCluster
+		}
+		if cl, err = runtime.Connect(ctx, "runtime "+a.Name+": its cluster", ref, a.Cluster, pc); err != nil {
+			return nil, fmt.Errorf("%w (if that cluster is gone for good, 'onprem runtime uninstall %s --forget' removes the record only)", err, a.Name)
+		}
+	}
+	res, err := runtime.Uninstall(ctx, p, a.Name, cl, runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+	return res, runtimeErr(err)
+}
+
+// RuntimeList lists the runtimes recorded in the installation's state,
+// each with its workloads' readiness when its cluster can be reached.
+type RuntimeList struct {
+	Target
+	// RuntimeTimeout bounds the connection to each runtime's cluster
+	// (default 5 s).
+	RuntimeTimeout time.Duration
+}
+
+// RuntimeListResult is the list of runtimes.
+type RuntimeListResult struct {
+	Namespace     string           `json:"namespace"`
+	Repository    string           `json:"repository,omitempty"`
+	ConfigRuntime string           `json:"configRuntime,omitempty"`
+	Runtimes      []runtime.Status `json:"runtimes"`
+}
+
+// Run lists the runtimes (no lock: it only reads).
+func (a *RuntimeList) Run(ctx context.Context) (*RuntimeListResult, error) {
+	ns, err := a.Target.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pc, err := kube.Connect(ctx, a.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	st, err := state.NewStore(pc.Client, ns).Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	timeout := a.RuntimeTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	out := &RuntimeListResult{Namespace: ns, Runtimes: []runtime.Status{}, ConfigRuntime: runtime.ConfigRuntime(st)}
+	if st.RuntimeConfig != nil {
+		out.Repository = st.RuntimeConfig.URL
+	}
+	for _, n := range runtime.Names(st) {
+		platform := a.Cluster
+		platform.Timeout = timeout
+		cl, err := runtime.Connect(ctx, "runtime "+n, runtime.RecordRef(st.Runtimes[n]), platform, pc)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			out.Runtimes = append(out.Runtimes, runtime.Unreachable(st, n, err))
+			continue
+		}
+		out.Runtimes = append(out.Runtimes, runtime.Observe(ctx, cl, st, n))
+	}
+	return out, nil
+}
+
+// RuntimeDesignate makes a runtime the configuration runtime.
+type RuntimeDesignate struct {
+	Target
+	Name           string
+	RuntimeCluster config.ClusterRef
+	Git            configrepo.Remote
+	LockWait       time.Duration
+	LockLease      time.Duration
+}
+
+// Run moves the designation.
+func (a *RuntimeDesignate) Run(ctx context.Context) (*runtime.DesignateResult, error) {
+	h, p, cl, err := a.Target.openRuntime(ctx, "runtime designate-config", a.Name, a.RuntimeCluster, a.LockWait, a.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	res, err := runtime.Designate(h.ctx, p, a.Name, cl, runtime.Options{Git: a.Git})
+	return res, runtimeErr(err)
+}
+
+// GitSourceAdd adds a Git source (an Argo CD Application) to a runtime.
+type GitSourceAdd struct {
+	Target
+	Source         runtime.GitSourceOptions
+	RuntimeCluster config.ClusterRef
+	Git            configrepo.Remote
+	LockWait       time.Duration
+	LockLease      time.Duration
+}
+
+// Run adds the source.
+func (a *GitSourceAdd) Run(ctx context.Context) (*runtime.GitSource, error) {
+	h, p, cl, err := a.Target.openRuntime(ctx, "runtime git-source add", a.Source.Runtime, a.RuntimeCluster, a.LockWait, a.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	gs, err := runtime.AddGitSource(h.ctx, p, cl, a.Source, runtime.Options{Git: a.Git})
+	return gs, runtimeErr(err)
+}
+
+// GitSourceList lists a runtime's Git sources.
+type GitSourceList struct {
+	Target
+	Runtime        string
+	RuntimeCluster config.ClusterRef
+}
+
+// Run lists them (no lock).
+func (a *GitSourceList) Run(ctx context.Context) ([]runtime.GitSource, error) {
+	p, cl, err := a.Target.peekRuntime(ctx, a.Runtime, a.RuntimeCluster)
+	if err != nil {
+		return nil, err
+	}
+	out, err := runtime.ListGitSources(ctx, p, a.Runtime, cl)
+	return out, runtimeErr(err)
+}
+
+// GitSourceRemove removes a runtime's Git source.
+type GitSourceRemove struct {
+	Target
+	Runtime        string
+	Name           string
+	RuntimeCluster config.ClusterRef
+	LockWait       time.Duration
+	LockLease      time.Duration
+}
+
+// Run removes it; removing a source that is not there is an input error.
+func (a *GitSourceRemove) Run(ctx context.Context) error {
+	h, p, cl, err := a.Target.openRuntime(ctx, "runtime git-source remove", a.Runtime, a.RuntimeCluster, a.LockWait, a.LockLease)
+	if err != nil {
+		return err
+	}
+	defer h.unlock()
+	found, err := runtime.RemoveGitSource(h.ctx, p, a.Runtime, a.Name, cl)
+	if err != nil {
+		return runtimeErr(err)
+	}
+	if !found {
+		return inputErr(fmt.Errorf("runtime %s has no git source %q: 'onprem runtime git-source list --runtime %s' shows its sources", a.Runtime, a.Name, a.Runtime))
+	}
+	return nil
+}
+
+// runtimeHandle is a held lock with its context.
+type runtimeHandle struct {
+	ctx    context.Context
+	unlock func()
+}
+
+// openRuntimes takes the lock and reads the record; the platform must be
+// installed.
+func (t *Target) openRuntimes(ctx context.Context, verb string, wait, lease time.Duration) (*runtimeHandle, *runtime.Platform, *kube.Cluster, error) {
+	ns, err := t.namespace(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pc, err := kube.Connect(ctx, t.Cluster)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if st, err := peekState(ctx, pc, ns); err != nil {
+		return nil, nil, nil, err
+	} else if st.Version == "" {
+		return nil, nil, nil, inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s: install it first with 'onprem install', or point --kubeconfig/--context at the platform's cluster", ns, pc.Server))
+	}
+	lctx, h, err := lockAndLoad(ctx, pc, ns, verb, wait, lease)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return &runtimeHandle{ctx: lctx, unlock: h.unlock}, runtimePlatform(pc, ns, h.store, h.st, nil), pc, nil
+}
+
+// openRuntime is openRuntimes for one recorded runtime, with its cluster
+// reached.
+func (t *Target) openRuntime(ctx context.Context, verb, name string, ref config.ClusterRef, wait, lease time.Duration) (*runtimeHandle, *runtime.Platform, *kube.Cluster, error) {
+	if name == "" {
+		return nil, nil, nil, inputErr(errors.New("name the runtime (--runtime NAME)"))
+	}
+	h, p, pc, err := t.openRuntimes(ctx, verb, wait, lease)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cl, err := runtimeCluster(h.ctx, p.State, name, ref, t.Cluster, pc)
+	if err != nil {
+		h.unlock()
+		return nil, nil, nil, err
+	}
+	return h, p, cl, nil
+}
+
+// peekRuntime reads the record without the lock and reaches one runtime's
+// cluster.
+func (t *Target) peekRuntime(ctx context.Context, name string, ref config.ClusterRef) (*runtime.Platform, *kube.Cluster, error) {
+	if name == "" {
+		return nil, nil, inputErr(errors.New("name the runtime (--runtime NAME)"))
+	}
+	ns, err := t.namespace(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pc, err := kube.Connect(ctx, t.Cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := peekState(ctx, pc, ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := runtimeCluster(ctx, st, name, ref, t.Cluster, pc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return runtimePlatform(pc, ns, nil, st, nil), cl, nil
+}
+
+func runtimeCluster(ctx context.Context, st *state.State, name string, ref config.ClusterRef, platform kube.Options, pc *kube.Cluster) (*kube.Cluster, error) {
+	rec, ok := st.Runtimes[name]
+	if !ok {
+		return nil, inputErr(&runtime.NotFoundError{Name: name, Known: runtime.Names(st)})
+	}
+	if ref.IsPlatformCluster() {
+		ref = runtime.RecordRef(rec)
+	}
+	cl, err := runtime.Connect(ctx, "runtime "+name+": its cluster", ref, platform, pc)
+	if err != nil {
+		return nil, err
+	}
+	if cl.Server != rec.Server {
+		return nil, inputErr(fmt.Errorf("runtime %s runs on the cluster at %s, but %s reaches %s: give its kubeconfig and context with --runtime-kubeconfig and --runtime-context",
+			name, rec.Server, describeOptions(ref), cl.Server))
+	}
+	return cl, nil
+}
+
+func runtimePlatform(pc *kube.Cluster, ns string, store *state.Store, st *state.State, in *config.Installation) *runtime.Platform {
+	return &runtime.Platform{Cluster: pc, Namespace: ns, Store: store, State: st, Installation: in}
+}
+
+// installRuntime fetches the runtime chart of platform version v (the
+// bundle's copy when the installation came from one), renders the runtime
+// and installs it.
+func installRuntime(ctx context.Context, l *Loaded, p *runtime.Platform, v string, t runtime.Target, o runtime.Options, f RuntimeFetch) (*runtime.Result, error) {
+	rel, err := l.Releases.Get(v)
+	if err != nil {
+		return nil, fmt.Errorf("the installed platform version: %w", err)
+	}
+	if rel.Runtime == nil {
+		return nil, inputErr(fmt.Errorf("platform version %s ships no GitOps runtime (its release has no runtime chart)", v))
+	}
+	src := chartfetch.FromRelease(rel.Runtime)
+	if f.ChartRepository != "" {
+		src.Repository = f.ChartRepository
+	}
+	chart, err := chartfetch.Resolve(ctx, src, l.Charts(v), f.Chart)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: the runtime chart: %w", t.Runtime.Name, err)
+	}
+	in := *l.Installation
+	in.Spec.Version = v
+	pr, err := runtime.Prepare(ctx, t, &in, rel, chart, l.Manifests(v))
+	if err != nil {
+		var ie *render.RuntimeInputError
+		if errors.As(err, &ie) {
+			return nil, inputErr(err)
+		}
+		return nil, err
+	}
+	res, err := runtime.Install(ctx, p, pr, o)
+	return res, runtimeErr(err)
+}
+
+// runtimeErr marks the runtime errors that are the operator's to fix
+// (exit code 2).
+func runtimeErr(err error) error {
+	var ce *runtime.ConflictError
+	var ie *runtime.InputError
+	var nf *runtime.NotFoundError
+	var ae *configrepo.AuthError
+	if errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &nf) || errors.As(err, &ae) {
+		return inputErr(err)
+	}
+	return err
+}
+
+// needGitOps refuses runtimes on a platform without the gitops module.
+func needGitOps(in *config.Installation) error {
+	if !in.Spec.Modules.GitOps.IsEnabled(true) {
+		return inputErr(errors.New("GitOps runtimes need the gitops module, which spec.modules.gitops.enabled switches off"))
+	}
+	return nil
+}
+
+// gitToken reads the Git token: from file when given, else from the
+// environment variable env (runtime.TokenEnv when empty; "-" reads no
+// environment), else from the configuration's source. Surrounding white
+// space (a file's last newline) is dropped. The token is never in an
+// error.
+func gitToken(file, env string, declared config.SecretSource) ([]byte, error) {
+	read := func(path, what string) ([]byte, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, inputErr(fmt.Errorf("%s: reading the Git token: %w", what, err))
+		}
+		t := bytes.TrimSpace(b)
+		clear(b[len(t):])
+		if len(t) == 0 {
+			return nil, inputErr(fmt.Errorf("%s: the Git token file %s is empty", what, path))
+		}
+		return t, nil
+	}
+	if file != "" {
+		return read(file, "--git-token-file")
+	}
+	if env == "" {
+		env = runtime.TokenEnv
+	}
+	if env != "-" {
+		if v := os.Getenv(env); v != "" {
+			return []byte(v), nil
+		}
+	}
+	switch {
+	case declared.File != "":
+		return read(declared.File, "spec.runtimes[].gitToken.file")
+	case declared.Env != "":
+		v := os.Getenv(declared.Env)
+		if v == "" {
+			return nil, inputErr(fmt.Errorf("spec.runtimes[].gitToken.env: the environment variable %s is empty or unset: export the runtime's Git token in it", declared.Env))
+		}
+		return []byte(v), nil
+	}
+	return nil, nil
+}
+
+// declaredRuntime is one runtime of spec.runtimes[] on its way through
+// 'onprem install'.
+type declaredRuntime struct {
+	index   int
+	runtime config.Runtime
+	cluster *kube.Cluster
+	token   []byte
+	// managed are the clusters of its managedClusters[], reached.
+	managed []*kube.Cluster
+}
+
+// connectRuntimes checks every runtime of spec.runtimes[], reads its token
+// and reaches its cluster before anything is touched: one that cannot be
+// installed stops the install with exit code 2, an unreachable cluster
+// with exit code 3.
+func connectRuntimes(ctx context.Context, in *config.Installation, platform kube.Options, pc *kube.Cluster) ([]declaredRuntime, error) {
+	if len(in.Spec.Runtimes) == 0 {
+		return nil, nil
+	}
+	st, err := peekState(ctx, pc, in.Spec.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	p := runtimePlatform(pc, in.Spec.Namespace, nil, st, in)
+	var out []declaredRuntime
+	for i, rt := range in.Spec.Runtimes {
+		rt, err := render.RuntimeDefaults(rt)
+		if err != nil {
+			return nil, inputErr(fmt.Errorf("spec.runtimes[%d]: %w", i, err))
+		}
+		cl, err := runtime.Connect(ctx, fmt.Sprintf("spec.runtimes[%d] (%s): its cluster", i, rt.Name), rt.Cluster, platform, pc)
+		if err != nil {
+			return nil, err
+		}
+		if err := runtime.CheckPlace(ctx, p, rt.Name, cl, rt.Namespace); err != nil {
+			return nil, inputErr(fmt.Errorf("spec.runtimes[%d]: %w", i, err))
+		}
+		token, err := gitToken("", "-", rt.GitToken)
+		if err != nil {
+			return nil, fmt.Errorf("spec.runtimes[%d]: %w", i, err)
+		}
+		d := declaredRuntime{index: i, runtime: rt, cluster: cl, token: token}
+		for j, mc := range rt.ManagedClusters {
+			ext, err := runtime.Connect(ctx, fmt.Sprintf("spec.runtimes[%d].managedClusters[%d] (%s)", i, j, mc.Name), mc.Cluster, platform, nil)
+			if err != nil {
+				clear(token)
+				return nil, err
+			}
+			d.managed = append(d.managed, ext)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// convergeRuntimes installs or upgrades every runtime of spec.runtimes[]
+// after the platform and its runners, then its declared Git sources. It
+// stops at the first failure. Runtimes recorded but no longer declared are
+// left alone and named.
+func convergeRuntimes(ctx context.Context, l *Loaded, p *runtime.Platform, version string, declared []declaredRuntime, o runtime.Options, f RuntimeFetch) ([]runtime.Result, []string, error) {
+	var out []runtime.Result
+	defer func() {
+		for _, d := range declared {
+			clear(d.token)
+		}
+	}()
+	for _, d := range declared {
+		res, err := installRuntime(ctx, l, p, version, runtime.Target{Runtime: d.runtime, Cluster: d.cluster, Ref: d.runtime.Cluster, Token: d.token}, o, f)
+		if res != nil {
+			out = append(out, *res)
+		}
+		if err != nil {
+			return out, nil, fmt.Errorf("spec.runtimes[%d]: %w", d.index, err)
+		}
+		for j, gs := range d.runtime.GitSources {
+			if _, err := runtime.AddGitSource(ctx, p, d.cluster, runtime.GitSourceOptions{Runtime: d.runtime.Name, Name: gs.Name, Repository: gs.Repository}, o); err != nil {
+				return out, nil, fmt.Errorf("spec.runtimes[%d].gitSources[%d]: %w", d.index, j, runtimeErr(err))
+			}
+		}
+		for j, mc := range d.runtime.ManagedClusters {
+			mo := managedcluster.Options{Runtime: d.runtime.Name, RuntimeNamespace: d.runtime.Namespace, Name: mc.Name, Timeout: o.Timeout}
+			if _, err := managedcluster.Add(ctx, d.cluster, d.managed[j], mo); err != nil {
+				return out, nil, fmt.Errorf("spec.runtimes[%d].managedClusters[%d]: %w", d.index, j, managedErr(err))
+			}
+		}
+	}
+	var undeclared []string
+	for _, n := range runtime.Names(p.State) {
+		if !slices.ContainsFunc(declared, func(d declaredRuntime) bool { return d.runtime.Name == n }) {
+			undeclared = append(undeclared, n)
+		}
+	}
+	return out, undeclared, nil
+}
+
+// RuntimeClusterAdd registers an external cluster with a runtime: a
+// least-privilege ServiceAccount on that cluster, and an Argo CD cluster
+// Secret in the runtime's namespace (installer/managedcluster).
+type RuntimeClusterAdd struct {
+	Target
+	Runtime string
+	Name    string
+	// External is the cluster to manage (required).
+	External       config.ClusterRef
+	RuntimeCluster config.ClusterRef
+	Timeout        time.Duration
+	LockWait       time.Duration
+	LockLease      time.Duration
+}
+
+// Run registers the cluster; an unreachable external cluster is named
+// (exit code 3) before anything is created.
+func (a *RuntimeClusterAdd) Run(ctx context.Context) (*managedcluster.Result, error) {
+	if a.External.IsPlatformCluster() {
+		return nil, inputErr(errors.New("say which cluster to add: --context CONTEXT and/or --kubeconfig FILE of that cluster"))
+	}
+	h, p, cl, err := a.Target.openRuntime(ctx, "runtime cluster add", a.Runtime, a.RuntimeCluster, a.LockWait, a.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	ext, err := runtime.Connect(h.ctx, "managed cluster "+a.Name, a.External, a.Cluster, nil)
+	if err != nil {
+		return nil, err
+	}
+	rec := p.State.Runtimes[a.Runtime]
+	res, err := managedcluster.Add(h.ctx, cl, ext, managedcluster.Options{Runtime: a.Runtime, RuntimeNamespace: rec.Namespace, Name: a.Name, Timeout: a.Timeout})
+	return res, managedErr(err)
+}
+
+// RuntimeClusterList lists a runtime's managed clusters with their health.
+type RuntimeClusterList struct {
+	Target
+	Runtime        string
+	RuntimeCluster config.ClusterRef
+	Timeout        time.Duration
+}
+
+// Run lists them (no lock).
+func (a *RuntimeClusterList) Run(ctx context.Context) ([]managedcluster.Status, error) {
+	p, cl, err := a.Target.peekRuntime(ctx, a.Runtime, a.RuntimeCluster)
+	if err != nil {
+		return nil, err
+	}
+	rec := p.State.Runtimes[a.Runtime]
+	out, err := managedcluster.List(ctx, cl, managedcluster.Options{Runtime: a.Runtime, RuntimeNamespace: rec.Namespace, Timeout: a.Timeout})
+	return out, managedErr(err)
+}
+
+// RuntimeClusterRemove unregisters a managed cluster: the runtime's Secret
+// and, when External is given, the ServiceAccount and its RBAC there.
+type RuntimeClusterRemove struct {
+	Target
+	Runtime        string
+	Name           string
+	External       config.ClusterRef
+	RuntimeCluster config.ClusterRef
+	Timeout        time.Duration
+	LockWait       time.Duration
+	LockLease      time.Duration
+}
+
+// Run removes it.
+func (a *RuntimeClusterRemove) Run(ctx context.Context) (*managedcluster.RemoveResult, error) {
+	h, p, cl, err := a.Target.openRuntime(ctx, "runtime cluster remove", a.Runtime, a.RuntimeCluster, a.LockWait, a.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	var ext *kube.Cluster
+	if !a.External.IsPlatformCluster() {
+		if ext, err = runtime.Connect(h.ctx, "managed cluster "+a.Name, a.External, a.Cluster, nil); err != nil {
+			return nil, fmt.Errorf("%w (leave out --context/--kubeconfig to remove the runtime's side only)", err)
+		}
+	}
+	rec := p.State.Runtimes[a.Runtime]
+	res, err := managedcluster.Remove(h.ctx, cl, ext, managedcluster.Options{Runtime: a.Runtime, RuntimeNamespace: rec.Namespace, Name: a.Name, Timeout: a.Timeout})
+	return res, managedErr(err)
+}
+
+// managedErr marks the managed-cluster errors that are the operator's to
+// fix (exit code 2).
+func managedErr(err error) error {
+	var ie *managedcluster.InputError
+	var ce *managedcluster.ConflictError
+	if errors.As(err, &ie) || errors.As(err, &ce) {
+		return inputErr(err)
+	}
+	return runtimeErr(err)
+}

@@ -1,0 +1,89 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/state"
+)
+
+// Keys of the Git credentials Secret (Argo CD's credential template).
+const (
+	argoSecretTypeLabel = "argocd.argoproj.io/secret-type"
+	keyURL              = "url"
+	keyUsername         = "username"
+	keyPassword         = "password"
+)
+
+func labels(name string) map[string]string {
+	return map[string]string{"app.kubernetes.io/managed-by": state.ManagedBy, "app.kubernetes.io/part-of": state.ManagedBy, LabelRuntime: name}
+}
+
+// ensureNamespace applies the runtime's namespace, Pod Security Admission
+// restricted. A namespace that onprem creates is marked so and removed
+// with the runtime; an existing one (the operator's) only gets the labels.
+func ensureNamespace(ctx context.Context, cl *kube.Cluster, ns, name string) error {
+	api := cl.Client.CoreV1().Namespaces()
+	cur, err := api.Get(ctx, ns, metav1.GetOptions{})
+	created := apierrors.IsNotFound(err)
+	switch {
+	case created:
+	case err != nil:
+		return fmt.Errorf("runtime %s: reading namespace %s: %w", name, ns, err)
+	case cur.DeletionTimestamp != nil:
+		return fmt.Errorf("runtime %s: namespace %s is being deleted (an uninstall?): wait until it is gone, then run again", name, ns)
+	case cur.Labels[LabelRuntime] != "" && cur.Labels[LabelRuntime] != name:
+		return &ConflictError{fmt.Sprintf("runtime %s: namespace %s belongs to runtime %s (label %s): give each runtime its own namespace", name, ns, cur.Labels[LabelRuntime], LabelRuntime)}
+	}
+	l := labels(name)
+	for k, v := range map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+		"pod-security.kubernetes.io/warn": "restricted", "pod-security.kubernetes.io/warn-version": "latest",
+	} {
+		l[k] = v
+	}
+	ac := corev1ac.Namespace(ns).WithLabels(l)
+	if created || cur.Annotations[AnnotationCreatedBy] == state.ManagedBy {
+		ac = ac.WithAnnotations(map[string]string{AnnotationCreatedBy: state.ManagedBy})
+	}
+	if _, err := api.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return fmt.Errorf("runtime %s: applying namespace %s: %w", name, ns, err)
+	}
+	return nil
+}
+
+// applyCredentials writes the Git token into the runtime's namespace as an
+// Argo CD credential template for the configuration repository's URL. The
+// token is not logged or returned.
+func applyCredentials(ctx context.Context, cl *kube.Cluster, ns, name, repoURL string, token []byte) error {
+	l := labels(name)
+	l[argoSecretTypeLabel] = "repo-creds"
+	ac := corev1ac.Secret(render.RuntimeGitCredentials, ns).WithLabels(l).WithType("Opaque").
+		WithData(map[string][]byte{keyURL: []byte(redactURL(repoURL)), keyUsername: []byte(GitUsername), keyPassword: token})
+	if _, err := cl.Client.CoreV1().Secrets(ns).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return fmt.Errorf("runtime %s: applying Secret %s/%s (the Git token): %w", name, ns, render.RuntimeGitCredentials, err)
+	}
+	return nil
+}
+
+// readToken returns the Git token kept on the runtime's cluster, nil when
+// there is none yet.
+func readToken(ctx context.Context, cl *kube.Cluster, ns string) ([]byte, error) {
+	s, err := cl.Client.CoreV1().Secrets(ns).Get(ctx, render.RuntimeGitCredentials, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the Git token (Secret %s/%s): %w", ns, render.RuntimeGitCredentials, err)
+	}
+	if len(s.Data[keyPassword]) == 0 {
+		return nil, nil
+	}
+	return append([]byte(nil), s.Data[keyPassword]...), nil
+}

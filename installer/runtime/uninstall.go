@@ -1,0 +1,141 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/state"
+)
+
+// UninstallResult is what an uninstall removed.
+type UninstallResult struct {
+	Name    string   `json:"name"`
+	Removed []string `json:"removed"`
+	Kept    []string `json:"kept,omitempty"`
+}
+
+// CheckUninstall refuses to remove the configuration runtime while other
+// runtimes exist, naming the command that moves the designation first.
+func CheckUninstall(p *Platform, name string) error {
+	if _, ok := p.State.Runtimes[name]; !ok {
+		return &NotFoundError{Name: name, Known: Names(p.State)}
+	}
+	rc := p.State.RuntimeConfig
+	if rc == nil || rc.ConfigRuntime != name || len(p.State.Runtimes) == 1 {
+		return nil
+	}
+	var others []string
+	for _, n := range Names(p.State) {
+		if n != name {
+			others = append(others, n)
+		}
+	}
+	return &ConflictError{fmt.Sprintf("runtime %s holds the configuration of all runtimes, and runtimes %v still use it: "+
+		"designate another one first with 'onprem runtime designate-config %s', then uninstall %s", name, others, others[0], name)}
+}
+
+// Uninstall removes a runtime: on its cluster (cl) the Helm release (with
+// the Argo CD objects of its CRDs: Git sources, managed clusters' Secrets
+// stay with the namespace), the Git credentials and the namespace if onprem
+// created it (waited for until gone); then its record. The configuration
+// repository is left as it is: it is the operator's data. With cl nil (the
+// cluster is gone for good) only the record is removed.
+func Uninstall(ctx context.Context, p *Platform, name string, cl *kube.Cluster, o Options) (*UninstallResult, error) {
+	if err := CheckUninstall(p, name); err != nil {
+		return nil, err
+	}
+	rec := p.State.Runtimes[name]
+	if o.Timeout <= 0 {
+		o.Timeout = apply.DefaultTimeout
+	}
+	out := &UninstallResult{Name: name}
+	if cl == nil {
+		out.Kept = append(out.Kept, fmt.Sprintf("everything on the runtime's cluster (%s, namespace %s)", rec.Server, rec.Namespace))
+	} else {
+		if cl.Server != rec.Server {
+			return nil, &ConflictError{fmt.Sprintf("runtime %s runs on the cluster at %s, but the cluster given reaches %s: "+
+				"give its kubeconfig and context, or --forget it if that cluster is gone", name, rec.Server, cl.Server)}
+		}
+		if err := removeFromCluster(ctx, cl, name, rec, o, out); err != nil {
+			return out, err
+		}
+	}
+	delete(p.State.Runtimes, name)
+	rcBefore := p.State.RuntimeConfig
+	if len(p.State.Runtimes) == 0 {
+		// The last runtime: the next one may use another repository.
+		p.State.RuntimeConfig = nil
+	}
+	if err := p.Store.Save(ctx, p.State); err != nil {
+		p.State.Runtimes[name], p.State.RuntimeConfig = rec, rcBefore
+		return out, fmt.Errorf("runtime %s: removing its record: %w", name, err)
+	}
+	out.Removed = append(out.Removed, "its record in the installation's state")
+	if rcBefore != nil && rcBefore.URL != "" {
+		out.Kept = append(out.Kept, "the configuration repository "+rcBefore.URL+" and its content")
+	}
+	return out, nil
+}
+
+func removeFromCluster(ctx context.Context, cl *kube.Cluster, name string, rec state.Runtime, o Options, out *UninstallResult) error {
+	start := time.Now()
+	report := func(ph apply.Phase, err error, action apply.Action) {
+		if o.Reporter != nil {
+			o.Reporter.Report(apply.Event{Component: rec.Release, Phase: ph, Err: err, Action: action, Elapsed: time.Since(start)})
+		}
+	}
+	report(apply.PhaseApplying, nil, "")
+	fail := func(err error) error {
+		report(apply.PhaseFailed, err, "")
+		return err
+	}
+	if err := apply.NewHelmReleases(cl.Getter, rec.Namespace, nil).Uninstall(ctx, rec.Release, o.Timeout); err != nil {
+		return fail(fmt.Errorf("runtime %s: %w", name, err))
+	}
+	out.Removed = append(out.Removed, fmt.Sprintf("Helm release %s/%s", rec.Namespace, rec.Release))
+	sel := metav1.ListOptions{LabelSelector: LabelRuntime + "=" + name + ",app.kubernetes.io/managed-by=" + state.ManagedBy}
+	if err := cl.Client.CoreV1().Secrets(rec.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
+		return fail(fmt.Errorf("runtime %s: deleting its Secrets in %s: %w", name, rec.Namespace, err))
+	}
+	out.Removed = append(out.Removed, "its Secrets in "+rec.Namespace+" (the Git token, managed clusters' credentials)")
+
+	ns, err := cl.Client.CoreV1().Namespaces().Get(ctx, rec.Namespace, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		report(apply.PhaseReady, nil, "removed")
+		return nil
+	case err != nil:
+		return fail(fmt.Errorf("runtime %s: reading namespace %s: %w", name, rec.Namespace, err))
+	case ns.Annotations[AnnotationCreatedBy] != state.ManagedBy || ns.Labels[LabelRuntime] != name:
+		out.Kept = append(out.Kept, "namespace "+rec.Namespace+" (onprem did not create it)")
+		report(apply.PhaseReady, nil, "removed")
+		return nil
+	}
+	if err := cl.Client.CoreV1().Namespaces().Delete(ctx, rec.Namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fail(fmt.Errorf("runtime %s: deleting namespace %s: %w", name, rec.Namespace, err))
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, o.Timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := cl.Client.CoreV1().Namespaces().Get(ctx, rec.Namespace, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("still terminating after %s", o.Timeout)
+		}
+		return fail(fmt.Errorf("runtime %s: waiting for namespace %s to go: %w", name, rec.Namespace, err))
+	}
+	out.Removed = append(out.Removed, "namespace "+rec.Namespace)
+	report(apply.PhaseReady, nil, "removed")
+	return nil
+}
