@@ -2,8 +2,9 @@
 
 // Package testservers starts real servers on loopback for onprem's tests:
 // Redis, PostgreSQL, RabbitMQ (Debian's packages), a MongoDB
-// wire-compatible server (FerretDB, built once from the Go module proxy)
-// and an OCI registry (go-containerregistry's, in process).
+// wire-compatible server (FerretDB, built once from the Go module proxy),
+// OCI registries (go-containerregistry's in process, distribution) and a
+// Git server (git http-backend behind a token check, StartGit).
 //
 //	func TestX(t *testing.T) {
 //		addr := testservers.PostgreSQL(t, "app", "s3cret")   // "127.0.0.1:PORT", stopped in t.Cleanup
