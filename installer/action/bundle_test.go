@@ -568,10 +568,22 @@ func TestBundlePushToDistribution(t *testing.T) {
 	}
 }
 
-// runtimeMirror serves the fixture runtime chart at the version of
-// release 2.8.0 (the one these tests bundle), as an operator's mirror of
-// the upstream chart repository: no test reaches the internet.
+// runtimeMirror serves the fixture runtime chart at the versions of the
+// shipped releases, as an operator's mirror of the upstream chart
+// repository: no test reaches the internet.
 func runtimeMirror(t *testing.T) string {
 	t.Helper()
-	return runtimetest.ServeOCI(t, "0.26.0")
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var versions []string
+	for _, r := range set.All() {
+		if r.Runtime != nil && !seen[r.Runtime.ChartVersion] {
+			seen[r.Runtime.ChartVersion] = true
+			versions = append(versions, r.Runtime.ChartVersion)
+		}
+	}
+	return runtimetest.ServeOCI(t, versions...)
 }
