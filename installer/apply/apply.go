@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 )
 
@@ -347,4 +348,27 @@ func chartRef(c *render.Component) string {
 		return ""
 	}
 	return c.Chart + "-" + c.ChartVersion
+}
+
+// ApplyOne applies one component on its own (a runner, a runtime) in
+// namespace and waits for it: the component's result, with Action Failed
+// and the error's text when the apply failed, and Apply's error.
+func ApplyOne(ctx context.Context, cl *kube.Cluster, version, namespace string, c *render.Component, timeout time.Duration, rep Reporter) (ComponentResult, error) {
+	report, err := Apply(ctx, Options{
+		Getter: cl.Getter, Client: cl.Client, Timeout: timeout, Reporter: rep,
+		Result: &render.Result{Version: version, Namespace: namespace, Components: []*render.Component{c}},
+	})
+	res := ComponentResult{Name: c.Name}
+	if report != nil {
+		if cr, ok := report.Component(c.Name); ok {
+			res = cr
+		}
+	}
+	if err != nil {
+		res.Action = Failed
+		if res.Error == "" {
+			res.Error = err.Error()
+		}
+	}
+	return res, err
 }

@@ -215,21 +215,10 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		}
 	}
 
-	rep, aerr := apply.Apply(ctx, apply.Options{
-		Getter: cl.Getter, Client: cl.Client, Timeout: o.Timeout, Reporter: o.Reporter,
-		Result: &render.Result{Version: pr.Release.Version, Namespace: r.Namespace, Components: []*render.Component{pr.Component}},
-	})
-	if rep != nil {
-		if cr, ok := rep.Component(pr.Component.Name); ok {
-			res.Action, res.Revision, res.Error, res.NotReady = cr.Action, cr.Revision, cr.Error, cr.NotReady
-		}
-	}
+	cr, aerr := apply.ApplyOne(ctx, cl, pr.Release.Version, r.Namespace, pr.Component, o.Timeout, o.Reporter)
+	res.Action, res.Revision, res.Error, res.NotReady = cr.Action, cr.Revision, cr.Error, cr.NotReady
 	res.Elapsed = time.Since(start)
 	if aerr != nil {
-		res.Action = apply.Failed
-		if res.Error == "" {
-			res.Error = aerr.Error()
-		}
 		rec.Status = "failed: " + res.Error
 	} else {
 		rec.Status, rec.Revision = "deployed", res.Revision

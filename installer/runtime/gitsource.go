@@ -33,11 +33,11 @@ var Applications = schema.GroupVersionResource{Group: "argoproj.io", Version: "v
 
 // GitSource is one Git source as found on the runtime's cluster.
 type GitSource struct {
-	Name       string `json:"name"`
-	Runtime    string `json:"runtime"`
-	URL        string `json:"url"`
-	Branch     string `json:"branch,omitempty"`
-	Path       string `json:"path,omitempty"`
+	Name    string `json:"name"`
+	Runtime string `json:"runtime"`
+	URL     string `json:"url"`
+	Branch  string `json:"branch,omitempty"`
+	Path    string `json:"path,omitempty"`
 	// Destination is the namespace the source's objects go to.
 	Destination string `json:"destination"`
 	// Sync and Health are Argo CD's status of the Application, when it has
