@@ -96,6 +96,7 @@ type Cluster struct {
 
 	logf        func(string, ...any)
 	provisioner *provisioner
+	owner       *owner
 	deleteOnce  sync.Once
 	deleteErr   error
 }
@@ -116,7 +117,7 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if os.Getenv(KeepEnv) == "1" {
+		if keepRequested() {
 			c.Keep()
 			return
 		}
@@ -139,7 +140,7 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if cfg.name == "" {
 		var b [4]byte
 		_, _ = rand.Read(b[:])
-		cfg.name = "onprem-" + hex.EncodeToString(b[:])
+		cfg.name = NamePrefix + hex.EncodeToString(b[:])
 	}
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -152,6 +153,14 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	defer cancel()
 
 	c := &Cluster{Name: cfg.name, Kubeconfig: filepath.Join(dir, "kubeconfig"), Toolchain: tc, logf: logf}
+	// Clusters of killed runs go first (they hold memory and ports); ours
+	// is claimed before it exists, so that no other run reaps it.
+	if err := c.reapLeftovers(ctx); err != nil {
+		logf("%v (carrying on)", err)
+	}
+	if c.owner, err = claim(clustersDir(tc), c.Name); err != nil {
+		return nil, err
+	}
 	cfgPath := filepath.Join(dir, "kind-config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(kindConfig), 0o644); err != nil {
 		return nil, fmt.Errorf("kindcluster: %w", err)
@@ -191,7 +200,7 @@ func (c *Cluster) failed(err error) error {
 		out, derr := exec.CommandContext(ctx, c.Toolchain.Docker, diag...).CombinedOutput()
 		c.logf("kindcluster: docker %s (%v):\n%s", strings.Join(diag, " "), derr, tail(out, 40))
 	}
-	if os.Getenv(KeepEnv) == "1" {
+	if keepRequested() {
 		c.Keep()
 		return err
 	}
@@ -390,6 +399,9 @@ func (c *Cluster) Keep() {
 	if c.provisioner != nil {
 		c.provisioner.stop()
 	}
+	// Kept on purpose: the next run's reaping leaves it alone.
+	_ = os.WriteFile(filepath.Join(clustersDir(c.Toolchain), c.Name+".keep"), nil, 0o644)
+	c.owner.release(false)
 	kc := filepath.Join(os.TempDir(), "kindcluster-"+c.Name+".kubeconfig")
 	if data, err := os.ReadFile(c.Kubeconfig); err == nil && os.WriteFile(kc, data, 0o600) == nil {
 		c.Kubeconfig = kc
@@ -411,13 +423,22 @@ func (c *Cluster) Delete(ctx context.Context) error {
 		t0 := time.Now()
 		out, err := c.kind(ctx, nil, "delete", "cluster", "--name", c.Name)
 		if err != nil {
+			// Unowned now: the next run reaps it.
+			c.owner.release(false)
 			c.deleteErr = fmt.Errorf("kind delete cluster %s: %w: %s", c.Name, err, tail(out, 20))
 			return
 		}
+		c.owner.release(true)
 		c.logf("kindcluster: deleted cluster %s in %s", c.Name, time.Since(t0).Round(100*time.Millisecond))
 	})
 	return c.deleteErr
 }
+
+// KeepEnvE2E is the name the platform e2e documents for KeepEnv; either
+// keeps clusters.
+const KeepEnvE2E = "ONPREM_E2E_KEEP"
+
+func keepRequested() bool { return os.Getenv(KeepEnv) == "1" || os.Getenv(KeepEnvE2E) == "1" }
 
 // tail returns the last n lines of b.
 func tail(b []byte, n int) string {
