@@ -1,10 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/e2e/testservers"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 )
 
 const runtimeConfig = "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
@@ -65,5 +70,68 @@ func TestRuntimeCommandsBadInput(t *testing.T) {
 				t.Errorf("%s lacks %q", args, want)
 			}
 		}
+	}
+}
+
+// Through the CLI against a real cluster, Git server and chart mirror: a
+// refused token exits 2 naming the refusal, an unreachable runtime cluster
+// exits 3, then install, list -o json and uninstall; the token never
+// reaches stdout or stderr.
+func TestRuntimeCommandsAgainstACluster(t *testing.T) {
+	c := testcluster.Start(t)
+	const token = "cli-token-5f3a9c"
+	git := testservers.StartGit(t, token)
+	repoURL := git.NewRepo(t, "config")
+	mirror := runtimetest.ServeOCI(t, "0.26.0")
+	dir := t.TempDir()
+	cfg := "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
+		"  modules:\n    pipelines: {enabled: false}\n  runtimeConfig:\n    repository: {url: " + repoURL + "}\n"
+	if err := os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := cli(t, dir, "install", "--kubeconfig", c.Kubeconfig, "--timeout", "2m"); code != 0 {
+		t.Fatalf("install: %d %s", code, stderr)
+	}
+	good := filepath.Join(dir, "token")
+	bad := filepath.Join(dir, "wrong")
+	os.WriteFile(good, []byte(token+"\n"), 0o600)
+	os.WriteFile(bad, []byte("not-the-token\n"), 0o600)
+	base := []string{"runtime", "install", "--kubeconfig", c.Kubeconfig, "--chart-repository", mirror, "--chart-plain-http"}
+	all := ""
+	run := func(args ...string) (int, string, string) {
+		code, stdout, stderr := cli(t, dir, args...)
+		all += stdout + stderr
+		return code, stdout, stderr
+	}
+
+	code, stdout, stderr := run(append(base, "--git-token-file", bad)...)
+	if code != exitInput || stdout != "" || !strings.Contains(stderr, "refused authentication") {
+		t.Errorf("wrong token: exit %d, stdout %q, stderr %s", code, stdout, stderr)
+	}
+	kc := goneKubeconfig(t, dir)
+	if code, _, stderr := run(append(base, "--git-token-file", good, "--runtime-kubeconfig", kc)...); code != exitCluster || !strings.Contains(stderr, kc) {
+		t.Errorf("unreachable runtime cluster: exit %d, stderr %s", code, stderr)
+	}
+	code, stdout, stderr = run(append(base, "--git-token-file", good)...)
+	if code != 0 || !strings.Contains(stdout, "codefresh") || !strings.Contains(stdout, "installed") || !strings.Contains(stdout, "configuration repository updated") {
+		t.Fatalf("install: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+	}
+	code, stdout, _ = run("runtime", "list", "--kubeconfig", c.Kubeconfig, "-o", "json")
+	var list struct {
+		ConfigRuntime string
+		Runtimes      []struct {
+			Name   string
+			Config bool
+			Ready  bool
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(stdout), &list) != nil || list.ConfigRuntime != "codefresh" || len(list.Runtimes) != 1 || !list.Runtimes[0].Config || !list.Runtimes[0].Ready {
+		t.Errorf("list -o json: %d %s", code, stdout)
+	}
+	if code, stdout, stderr := run("runtime", "uninstall", "codefresh", "--kubeconfig", c.Kubeconfig); code != 0 || !strings.Contains(stdout, "removed: Helm release codefresh/runtime-codefresh") {
+		t.Errorf("uninstall: %d %s %s", code, stdout, stderr)
+	}
+	if strings.Contains(all, token) {
+		t.Error("the Git token was printed")
 	}
 }
