@@ -217,6 +217,20 @@ func Add(ctx context.Context, runtimeCluster, external *kube.Cluster, o Options)
 			o.Name, o.Runtime, cur.Data["server"], external.Server, o.Name, o.Runtime)}
 	}
 
+	// One name per server and runtime: the registrations of one runtime
+	// on one cluster share its ServiceAccount, so a second name would be
+	// cut off when the first is removed.
+	others, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: ArgoSecretType + "=cluster," + LabelRuntime + "=" + o.Runtime + "," + LabelManagedCluster})
+	if err != nil {
+		return nil, fmt.Errorf("managed cluster %s: listing the runtime's clusters in %s: %w", o.Name, o.RuntimeNamespace, err)
+	}
+	for _, s := range others.Items {
+		if other := s.Labels[LabelManagedCluster]; other != o.Name && string(s.Data["server"]) == external.Server {
+			return nil, &ConflictError{fmt.Sprintf("the cluster at %s is already registered with runtime %s as %s: a cluster is registered once per runtime; use that name, or remove it first with 'onprem runtime cluster remove %s --runtime %s'",
+				external.Server, o.Runtime, other, other, o.Runtime)}
+		}
+	}
+
 	token, ca, err := ensureServiceAccount(ctx, external, o)
 	if err != nil {
 		return nil, err

@@ -117,6 +117,12 @@ func TestManagedClusterLifecycle(t *testing.T) {
 	if _, err := Add(ctx, rt, rt, o); !errors.As(err, &ce) || !strings.Contains(err.Error(), "already registered") {
 		t.Errorf("name clash: %v", err)
 	}
+	// The same server under a second name.
+	second := o
+	second.Name = "prod-again"
+	if _, err := Add(ctx, rt, ext, second); !errors.As(err, &ce) || !strings.Contains(err.Error(), "already registered with runtime codefresh as prod") {
+		t.Errorf("a second name for the same cluster: %v", err)
+	}
 	var ie *InputError
 	if _, err := Add(ctx, rt, ext, Options{Runtime: "codefresh", RuntimeNamespace: ns, Name: "Prod_1"}); !errors.As(err, &ie) {
 		t.Errorf("bad name: %v", err)
