@@ -1,0 +1,264 @@
+//go:build linux
+
+package images
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+
+	"onprem.dev/onprem/installer/release"
+)
+
+// Image is one built image and the reference it goes by.
+type Image struct {
+	// Name is what Build knows it as: traefik, mongodb, postgresql, redis,
+	// rabbitmq or refservice.
+	Name string
+	// Ref is the full reference, e.g. docker.io/library/traefik:v3.6.12.
+	Ref string
+	// Image is the image (read from the cache's OCI layout).
+	Image v1.Image
+}
+
+// Labels every image carries.
+const (
+	// LabelStamp is the hash of everything the image was built from.
+	LabelStamp = "dev.onprem.e2e.stamp"
+	// LabelContent says what really runs inside (the stand-ins differ
+	// from the images whose references they take).
+	LabelContent = "dev.onprem.e2e.content"
+)
+
+// RefserviceRef is the reference of the reference service's image before
+// it is tagged as the platform's services (Retag, ForRelease).
+const RefserviceRef = "onprem.dev/e2e/refservice:dev"
+
+// recipe is how one image is made.
+type recipe struct {
+	// release is the release image whose reference the image takes.
+	release string
+	// stamp hashes every input of the image; it must be cheap.
+	stamp func(ctx context.Context) (string, error)
+	// make builds the image (and whatever it needs that the cache lacks),
+	// keeping its own files in scratch until the image is written; content
+	// says what runs inside.
+	make func(ctx context.Context, scratch string) (img v1.Image, content string, err error)
+}
+
+func (b *builder) recipes() map[string]recipe {
+	return map[string]recipe{
+		"traefik":    {release: "traefik", stamp: b.traefikStamp, make: b.traefikImage},
+		"mongodb":    {release: "mongodb", stamp: b.mongoStamp, make: b.mongoImage},
+		"postgresql": {release: "postgresql", stamp: b.debianStamp(postgresImage), make: b.debianImage(postgresImage)},
+		"redis":      {release: "redis", stamp: b.debianStamp(redisImage), make: b.debianImage(redisImage)},
+		"rabbitmq":   {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
+		"refservice": {stamp: b.refserviceStamp, make: b.refserviceImage},
+	}
+}
+
+// Names lists the images Build knows, sorted.
+func Names() []string {
+	var names []string
+	for n := range (&builder{}).recipes() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Build builds the named images, or reads them from the cache when it
+// holds them built from the same inputs ($ONPREM_CACHE/images; see the
+// README for the layout). A warm Build builds nothing and takes no lock.
+// Images are built one after the other (the machine's cores go to each
+// compile). log receives progress lines (printf style; nil: slog).
+func Build(ctx context.Context, names []string, log func(string, ...any)) ([]Image, error) {
+	if log == nil {
+		log = func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) }
+	}
+	b := &builder{dir: CacheDir(), log: log}
+	recipes := b.recipes()
+	var unknown []string
+	for _, n := range names {
+		if _, ok := recipes[n]; !ok {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) > 0 {
+		return nil, fmt.Errorf("images: unknown image %s; known: %s", strings.Join(unknown, ", "), strings.Join(Names(), ", "))
+	}
+	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("images: creating the cache folder %s (set ONPREM_CACHE to a writable folder): %w", b.dir, err)
+	}
+	latest, err := latestRelease()
+	if err != nil {
+		return nil, err
+	}
+	var out []Image
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		img, err := b.one(ctx, n, recipes[n])
+		if err != nil {
+			return nil, fmt.Errorf("images: %s: %w", n, err)
+		}
+		ref := RefserviceRef
+		if r := recipes[n].release; r != "" {
+			ri, ok := latest.Image(r)
+			if !ok {
+				return nil, fmt.Errorf("images: %s: release %s names no image %q", n, latest.Version, r)
+			}
+			ref = ri.Repository + ":" + ri.Tag
+		}
+		out = append(out, Image{Name: n, Ref: ref, Image: img})
+	}
+	return out, nil
+}
+
+// latestRelease is the newest embedded release manifest: the references
+// the images take by default.
+func latestRelease() (*release.Release, error) {
+	set, err := release.Embedded()
+	if err != nil {
+		return nil, fmt.Errorf("images: reading the embedded release manifests: %w", err)
+	}
+	r := set.Latest()
+	if r == nil {
+		return nil, errors.New("images: no embedded release manifest")
+	}
+	return r, nil
+}
+
+// one returns the image called name from the cache, building it first
+// when the cache lacks it or holds it built from other inputs.
+func (b *builder) one(ctx context.Context, name string, r recipe) (v1.Image, error) {
+	stamp, err := r.stamp(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("computing the input stamp: %w", err)
+	}
+	dir := filepath.Join(b.dir, "oci", name)
+	t0 := time.Now()
+	built, err := b.produce(ctx, dir, stamp, func(ctx context.Context, tmp string) error {
+		b.log("images: building %s (stamp %s)", name, stamp)
+		scratch, err := os.MkdirTemp(b.dir, ".scratch-"+name+"-")
+		if err != nil {
+			return fmt.Errorf("a scratch folder: %w", err)
+		}
+		defer os.RemoveAll(scratch)
+		img, content, err := r.make(ctx, scratch)
+		if err != nil {
+			return err
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return err
+		}
+		cf = cf.DeepCopy()
+		cf.Config.Labels[LabelStamp] = stamp
+		cf.Config.Labels[LabelContent] = content
+		if img, err = mutate.ConfigFile(img, cf); err != nil {
+			return err
+		}
+		lp, err := layout.Write(tmp, empty.Index)
+		if err != nil {
+			return fmt.Errorf("writing the OCI layout %s: %w", tmp, err)
+		}
+		if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{annotationName: name})); err != nil {
+			return fmt.Errorf("writing the OCI layout %s (is the disk full?): %w", tmp, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	img, err := loadCached(dir)
+	if err != nil {
+		return nil, err
+	}
+	if built {
+		d := time.Since(t0)
+		b.record("image "+name, d)
+		b.log("images: built %s in %s", name, d.Round(100*time.Millisecond))
+	} else {
+		b.log("images: %s from the cache (stamp %s)", name, stamp)
+	}
+	return img, nil
+}
+
+// annotationName marks the image in a cache layout.
+const annotationName = "dev.onprem.e2e.image"
+
+// loadCached reads the one image of a cache layout.
+func loadCached(dir string) (v1.Image, error) {
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the cached image %s (delete it to rebuild): %w", dir, err)
+	}
+	ii, err := lp.ImageIndex()
+	if err != nil {
+		return nil, fmt.Errorf("reading the cached image %s (delete it to rebuild): %w", dir, err)
+	}
+	im, err := ii.IndexManifest()
+	if err != nil || len(im.Manifests) != 1 {
+		return nil, fmt.Errorf("the cached image %s holds no single image (delete it to rebuild): %v", dir, err)
+	}
+	img, err := ii.Image(im.Manifests[0].Digest)
+	if err != nil {
+		return nil, fmt.Errorf("reading the cached image %s (delete it to rebuild): %w", dir, err)
+	}
+	return img, nil
+}
+
+// Retag returns img under each of refs (the same image, other names): the
+// reference service's image as every platform service, for example.
+func Retag(img Image, refs ...string) []Image {
+	out := make([]Image, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, Image{Name: img.Name, Ref: r, Image: img.Image})
+	}
+	return out
+}
+
+// ForRelease names the built images as rel's images: each infrastructure
+// image under the release's reference (repository:tag, no digest: a
+// stand-in cannot match upstream's), and refservice under every platform
+// image (platformPrefix/repository:tag, as installer/images computes it).
+// missing lists the release's images that built does not cover (sorted),
+// so that the caller can decide whether its test needs them.
+func ForRelease(rel *release.Release, platformPrefix string, built []Image) (imgs []Image, missing []string) {
+	byName := map[string]Image{}
+	for _, b := range built {
+		byName[b.Name] = b
+	}
+	for _, ri := range rel.Images {
+		name := ri.Name
+		repo := ri.Repository
+		if ri.Platform {
+			name = "refservice"
+			repo = strings.TrimSuffix(platformPrefix, "/") + "/" + ri.Repository
+		}
+		b, ok := byName[name]
+		if !ok {
+			missing = append(missing, ri.Name)
+			continue
+		}
+		imgs = append(imgs, Retag(b, repo+":"+ri.Tag)...)
+	}
+	slices.Sort(missing)
+	return imgs, missing
+}

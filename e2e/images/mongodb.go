@@ -1,0 +1,58 @@
+//go:build linux
+
+package images
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"onprem.dev/onprem/e2e/testservers"
+)
+
+const mongoEntrypoint = mainModule + "/e2e/images/cmd/mongo-entrypoint"
+
+func (b *builder) mongoStamp(ctx context.Context) (string, error) {
+	gs, err := b.goStamp(ctx, mongoEntrypoint)
+	if err != nil {
+		return "", err
+	}
+	return hashOf(layoutVersion, "mongodb", testservers.FerretDBVersion, gs), nil
+}
+
+// mongoImage: FerretDB (built once by e2e/testservers into
+// $ONPREM_CACHE/ferretdb) behind an entrypoint that speaks the official
+// mongo image's contract, as the mongodb chart's user (999).
+func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, string, error) {
+	ferret, err := testservers.FerretDB(ctx, b.log)
+	if err != nil {
+		return nil, "", fmt.Errorf("building FerretDB %s: %w", testservers.FerretDBVersion, err)
+	}
+	entrypoint := filepath.Join(scratch, "docker-entrypoint.sh")
+	if err := b.goBuild(ctx, "mongodb-entrypoint", mongoEntrypoint, entrypoint); err != nil {
+		return nil, "", err
+	}
+	layer, err := filesLayer([]file{
+		{path: "/usr/local/bin/ferretdb", src: ferret, mode: 0o755},
+		{path: "/usr/local/bin/docker-entrypoint.sh", src: entrypoint, mode: 0o755},
+		{path: "/etc/passwd", data: passwd("mongodb", ServiceUID, "/data/db"), mode: 0o644},
+		{path: "/etc/group", data: group("mongodb", ServiceUID), mode: 0o644},
+		{path: "/data/db", dir: true, mode: 0o755, uid: ServiceUID, gid: ServiceUID},
+		{path: "/data/configdb", dir: true, mode: 0o755, uid: ServiceUID, gid: ServiceUID},
+		{path: "/tmp", dir: true, mode: 0o1777},
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("mongodb: %w", err)
+	}
+	img, err := assemble([]v1.Layer{layer}, v1.Config{
+		Entrypoint:   []string{"docker-entrypoint.sh"},
+		Cmd:          []string{"mongod"},
+		Env:          []string{"PATH=" + basePath},
+		User:         fmt.Sprintf("%d:%d", ServiceUID, ServiceUID),
+		WorkingDir:   "/",
+		ExposedPorts: ports(27017),
+	})
+	return img, "FerretDB " + testservers.FerretDBVersion + " (SQLite)", err
+}
