@@ -305,7 +305,8 @@ func TestServiceRejectsBadValues(t *testing.T) {
 		"unknown role":                      `{role: backend}`,
 		"name not a DNS label":              `{name: Pipelines_API}`,
 		"route without slash":               `{routes: [api]}`,
-		"gateway API without gateway":       `{global: {gatewayAPI: {enabled: true, gatewayName: ""}}}`,
+		"gateway API without gateway":       `{routes: [/api], global: {gatewayAPI: {enabled: true, gatewayName: ""}}}`,
+		"worker with routes":                `{role: worker, routes: [/api]}`,
 		"external database without secret":  `{uses: {redis: true}, global: {databases: {redis: {external: true, secretName: ""}}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -506,3 +506,64 @@ func TestGitopsManagerGoneIn280(t *testing.T) {
 		t.Error("gitops-manager rendered for 2.8.0")
 	}
 }
+
+// Every path under the platform's domain has one owner, in every embedded
+// release: two Ingresses claiming the same host and path would send the
+// traffic to whichever the ingress controller happens to pick (the kind
+// e2e once reached gitops-manager at /api).
+func TestEveryRouteHasOneOwner(t *testing.T) {
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range set.Versions() {
+		t.Run(v, func(t *testing.T) {
+			in, _ := load(t, "everything")
+			in.Spec.Version = v
+			rel, err := set.Get(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Render(context.Background(), Options{Installation: in, Release: rel})
+			if err != nil {
+				t.Fatalf("render %s: %v", v, err)
+			}
+			owner := map[string]string{}
+			routed := 0
+			for _, c := range res.Components {
+				for _, o := range c.Objects {
+					if o.GetKind() != "Ingress" {
+						continue
+					}
+					rules, _, _ := unstructured.NestedSlice(o.Object, "spec", "rules")
+					for _, r := range rules {
+						rule, _ := r.(map[string]any)
+						host, _ := rule["host"].(string)
+						paths, _, _ := unstructured.NestedSlice(rule, "http", "paths")
+						for _, p := range paths {
+							path, _ := p.(map[string]any)["path"].(string)
+							key := host + path
+							if prev, ok := owner[key]; ok {
+								t.Errorf("%s is claimed by %s and by %s/%s", key, prev, c.Name, o.GetName())
+							}
+							owner[key] = c.Name + "/" + o.GetName()
+							routed++
+						}
+					}
+				}
+			}
+			if routed == 0 {
+				t.Fatal("no Ingress paths rendered: the check checked nothing")
+			}
+			for _, c := range rel.Components {
+				if role, _ := c.Values["role"].(string); role == "worker" {
+					for key, o := range owner {
+						if strings.HasPrefix(o, c.Name+"/") {
+							t.Errorf("worker %s owns the route %s", c.Name, key)
+						}
+					}
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,9 @@ the key instead of producing an object the API server or the service rejects.
 {{- fail (printf "routes: %q must start with /" (toString .)) -}}
 {{- end -}}
 {{- end -}}
+{{- if and $v.routes (eq (toString $v.role) "worker") -}}
+{{- fail (printf "routes: %v given to a worker; a worker takes no routed traffic (set role: api or ui, or drop the routes)" $v.routes) -}}
+{{- end -}}
 {{- if $v.routes -}}
 {{- if not $v.global.platform.domain -}}
 {{- fail "global.platform.domain: required when routes are set" -}}
