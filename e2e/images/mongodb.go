@@ -12,10 +12,13 @@ import (
 	"onprem.dev/onprem/e2e/testservers"
 )
 
-const mongoEntrypoint = mainModule + "/e2e/images/cmd/mongo-entrypoint"
+const (
+	mongoEntrypoint = mainModule + "/e2e/images/cmd/mongo-entrypoint"
+	mongoShell      = mainModule + "/e2e/images/cmd/mongosh"
+)
 
 func (b *builder) mongoStamp(ctx context.Context) (string, error) {
-	gs, err := b.goStamp(ctx, mongoEntrypoint)
+	gs, err := b.goStamp(ctx, mongoEntrypoint, mongoShell)
 	if err != nil {
 		return "", err
 	}
@@ -24,7 +27,8 @@ func (b *builder) mongoStamp(ctx context.Context) (string, error) {
 
 // mongoImage: FerretDB (built once by e2e/testservers into
 // $ONPREM_CACHE/ferretdb) behind an entrypoint that speaks the official
-// mongo image's contract, as the mongodb chart's user (999).
+// mongo image's contract, as the mongodb chart's user (999), and a
+// mongosh stand-in that runs db-provision's script (cmd/mongosh).
 func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, string, error) {
 	ferret, err := testservers.FerretDB(ctx, b.log)
 	if err != nil {
@@ -34,7 +38,12 @@ func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, str
 	if err := b.goBuild(ctx, "mongodb-entrypoint", mongoEntrypoint, entrypoint); err != nil {
 		return nil, "", err
 	}
+	shell := filepath.Join(scratch, "mongosh")
+	if err := b.goBuild(ctx, "mongosh", mongoShell, shell); err != nil {
+		return nil, "", err
+	}
 	layer, err := filesLayer([]file{
+		{path: "/usr/local/bin/mongosh", src: shell, mode: 0o755},
 		{path: "/usr/local/bin/ferretdb", src: ferret, mode: 0o755},
 		{path: "/usr/local/bin/docker-entrypoint.sh", src: entrypoint, mode: 0o755},
 		{path: "/etc/passwd", data: passwd("mongodb", ServiceUID, "/data/db"), mode: 0o644},
