@@ -36,13 +36,18 @@ const (
 	KeepEnv = "ONPREM_KEEP_CLUSTER"
 )
 
-// kindConfig is the cluster configuration: one control-plane node, and the
+// kindConfig is the cluster configuration: one control-plane node,
+// containerd reading per-registry hosts.toml files (TrustRegistry), and the
 // kubeadm patches of quirk 3 (a cgroup v1 host: Kubernetes 1.35+ refuses
 // cgroup v1 unless told, and kubeadm's SystemVerification preflight fails).
 const kindConfig = `kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 nodes:
 - role: control-plane
+containerdConfigPatches:
+- |-
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "/etc/containerd/certs.d"
 kubeadmConfigPatches:
 - |
   kind: KubeletConfiguration

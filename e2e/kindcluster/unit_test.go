@@ -115,3 +115,11 @@ func TestNodeContainerdConfig(t *testing.T) {
 		t.Error("a config without the settings was accepted")
 	}
 }
+
+func TestRegistryHostsTOML(t *testing.T) {
+	got := registryHostsTOML("172.18.0.1:5000")
+	want := "server = \"http://172.18.0.1:5000\"\n\n[host.\"http://172.18.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+	if got != want {
+		t.Errorf("hosts.toml:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -69,6 +69,14 @@ func Distribution(t testing.TB) string {
 // be stopped before the test ends.
 func StartDistribution(t testing.TB) *DistributionServer {
 	t.Helper()
+	return StartDistributionAt(t, "127.0.0.1")
+}
+
+// StartDistributionAt is StartDistribution listening on ip instead of
+// loopback: the address of a docker network's gateway, for example, so
+// that containers (kind nodes) can pull from it. Host is then "IP:PORT".
+func StartDistributionAt(t testing.TB, ip string) *DistributionServer {
+	t.Helper()
 	bin, err := DistributionBinary(context.Background(), t.Logf)
 	if err != nil {
 		t.Fatalf("testservers: %v", err)
@@ -78,7 +86,7 @@ func StartDistribution(t testing.TB) *DistributionServer {
 	if err := os.MkdirAll(storage, 0o755); err != nil {
 		t.Fatalf("testservers: distribution: %v", err)
 	}
-	host := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+	host := net.JoinHostPort(ip, strconv.Itoa(FreePort(t)))
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	cfg := fmt.Sprintf(`version: 0.1
