@@ -400,8 +400,11 @@ func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step,
 
 // RollBack returns every component whose release is no longer at its
 // revision in before (upgraded, failed, or retired since) to that
-// revision, in reverse dependency order of the state, and updates the
-// components' records. Components that did not exist before (revision 0)
+// revision, dependencies first (the state's DependsOn edges), and updates
+// the components' records. Each rollback waits for its component to be
+// ready, so a service is restored after what it connects to: a database
+// restarted by its own rollback cannot leave already restored services
+// unready behind it. Components that did not exist before (revision 0)
 // are left as they are: a rollback never uninstalls. It returns the
 // components rolled back and those left.
 func RollBack(ctx context.Context, rel Releases, st *state.State, before map[string]int, timeout time.Duration, progress io.Writer) (rolled, kept []string, err error) {
@@ -412,9 +415,8 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 	for n := range before {
 		names = append(names, n)
 	}
-	slices.Sort(names)
 	var errs []error
-	for _, name := range names {
+	for _, name := range dependenciesFirst(names, st) {
 		rev := before[name]
 		last, lerr := rel.Last(ctx, name)
 		if lerr != nil {
@@ -448,6 +450,48 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 		st.Components[name] = c
 	}
 	return rolled, kept, errors.Join(errs...)
+}
+
+// dependenciesFirst orders names so that each comes after the names it
+// depends on in the state's record; ties (and any cycle, which a validated
+// release cannot have) in name order.
+func dependenciesFirst(names []string, st *state.State) []string {
+	slices.Sort(names)
+	in := map[string]bool{}
+	for _, n := range names {
+		in[n] = true
+	}
+	done := map[string]bool{}
+	var out []string
+	for len(out) < len(names) {
+		progressed := false
+		for _, n := range names {
+			if done[n] {
+				continue
+			}
+			ready := true
+			for _, d := range st.Components[n].DependsOn {
+				if in[d] && !done[d] && d != n {
+					ready = false
+					break
+				}
+			}
+			if ready {
+				done[n] = true
+				out = append(out, n)
+				progressed = true
+			}
+		}
+		if !progressed { // a cycle: the rest in name order
+			for _, n := range names {
+				if !done[n] {
+					done[n] = true
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Record writes each applied component's release into the state (install

@@ -86,3 +86,32 @@ func TestFailedErrorSaysWhatHappened(t *testing.T) {
 		t.Errorf("%q", e.Error())
 	}
 }
+
+// A service is rolled back after the database it connects to: the
+// database's rollback restarts it, and a service restored before would be
+// left unready behind it (the kind e2e saw exactly that, with the
+// components rolled back in name order).
+func TestRollBackRestoresDependenciesFirst(t *testing.T) {
+	last := map[string]*apply.ReleaseInfo{}
+	before := map[string]int{}
+	for _, n := range []string{"api-events", "gitops-api", "rabbitmq", "mongodb", "db-provision", "ingress"} {
+		last[n] = &apply.ReleaseInfo{Revision: 4, Deployed: true}
+		before[n] = 3
+	}
+	f := &fakeReleases{last: last}
+	st := &state.State{Components: map[string]state.Component{
+		"mongodb":      {DependsOn: []string{"ingress"}},
+		"rabbitmq":     {DependsOn: []string{"ingress"}},
+		"db-provision": {DependsOn: []string{"mongodb"}},
+		"gitops-api":   {DependsOn: []string{"db-provision", "rabbitmq", "not-in-this-step"}},
+		"api-events":   {DependsOn: []string{"gitops-api"}},
+	}}
+	rolled, _, err := RollBack(context.Background(), f, st, before, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ingress", "mongodb", "rabbitmq", "db-provision", "gitops-api", "api-events"}
+	if !slices.Equal(f.rolled, want) || !slices.Equal(rolled, want) {
+		t.Errorf("rolled back in the order %v, want %v", f.rolled, want)
+	}
+}
