@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -15,20 +16,45 @@ import (
 const (
 	mongoEntrypoint = mainModule + "/e2e/images/cmd/mongo-entrypoint"
 	mongoShell      = mainModule + "/e2e/images/cmd/mongosh"
+	mongoDump       = mainModule + "/e2e/images/cmd/mongodump"
 )
 
+// busyboxApplets are the commands the upgrade's backup script runs in the
+// MongoDB image besides mongodump (installer/render, backupScripts), and
+// a few to look around with: Debian's static busybox provides them.
+var busyboxApplets = []string{"sh", "cat", "dirname", "ls", "mkdir", "mktemp", "mv", "printf", "rm"}
+
+// busybox installs Debian's busybox-static on this machine when missing
+// and returns its path and package version.
+func (b *builder) busybox(ctx context.Context) (string, string, error) {
+	if err := b.aptInstall(ctx, "busybox-static"); err != nil {
+		return "", "", err
+	}
+	out, err := output(ctx, "", nil, "dpkg-query", "-W", "-f", "${Version}", "busybox-static")
+	if err != nil {
+		return "", "", fmt.Errorf("busybox-static's version: %w", err)
+	}
+	return "/bin/busybox", strings.TrimSpace(string(out)), nil
+}
+
 func (b *builder) mongoStamp(ctx context.Context) (string, error) {
-	gs, err := b.goStamp(ctx, mongoEntrypoint, mongoShell)
+	gs, err := b.goStamp(ctx, mongoEntrypoint, mongoShell, mongoDump)
 	if err != nil {
 		return "", err
 	}
-	return hashOf(layoutVersion, "mongodb", testservers.FerretDBVersion, gs), nil
+	_, bbVersion, err := b.busybox(ctx)
+	if err != nil {
+		return "", err
+	}
+	return hashOf(layoutVersion, "mongodb", testservers.FerretDBVersion, gs, "busybox-static "+bbVersion, strings.Join(busyboxApplets, " ")), nil
 }
 
 // mongoImage: FerretDB (built once by e2e/testservers into
 // $ONPREM_CACHE/ferretdb) behind an entrypoint that speaks the official
 // mongo image's contract, as the mongodb chart's user (999), and a
-// mongosh stand-in that runs db-provision's script (cmd/mongosh).
+// mongosh stand-in that runs db-provision's script (cmd/mongosh), a
+// mongodump stand-in for the upgrade's backup Job (cmd/mongodump), and
+// Debian's static busybox for that Job's shell script.
 func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, string, error) {
 	ferret, err := testservers.FerretDB(ctx, b.log)
 	if err != nil {
@@ -42,8 +68,21 @@ func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, str
 	if err := b.goBuild(ctx, "mongosh", mongoShell, shell); err != nil {
 		return nil, "", err
 	}
-	layer, err := filesLayer([]file{
+	dumper := filepath.Join(scratch, "mongodump")
+	if err := b.goBuild(ctx, "mongodump", mongoDump, dumper); err != nil {
+		return nil, "", err
+	}
+	bb, bbVersion, err := b.busybox(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	files := []file{{path: "/bin/busybox", src: bb, mode: 0o755}}
+	for _, a := range busyboxApplets {
+		files = append(files, file{path: "/bin/" + a, link: "busybox"})
+	}
+	layer, err := filesLayer(append(files, []file{
 		{path: "/usr/local/bin/mongosh", src: shell, mode: 0o755},
+		{path: "/usr/local/bin/mongodump", src: dumper, mode: 0o755},
 		{path: "/usr/local/bin/ferretdb", src: ferret, mode: 0o755},
 		{path: "/usr/local/bin/docker-entrypoint.sh", src: entrypoint, mode: 0o755},
 		{path: "/etc/passwd", data: passwd("mongodb", ServiceUID, "/data/db"), mode: 0o644},
@@ -51,7 +90,7 @@ func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, str
 		{path: "/data/db", dir: true, mode: 0o755, uid: ServiceUID, gid: ServiceUID},
 		{path: "/data/configdb", dir: true, mode: 0o755, uid: ServiceUID, gid: ServiceUID},
 		{path: "/tmp", dir: true, mode: 0o1777},
-	})
+	}...))
 	if err != nil {
 		return nil, "", fmt.Errorf("mongodb: %w", err)
 	}
@@ -63,5 +102,5 @@ func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, str
 		WorkingDir:   "/",
 		ExposedPorts: ports(27017),
 	})
-	return img, "FerretDB " + testservers.FerretDBVersion + " (SQLite)", err
+	return img, "FerretDB " + testservers.FerretDBVersion + " (SQLite), busybox-static " + bbVersion, err
 }

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"onprem.dev/onprem/e2e/testservers"
+)
+
+// readArchive returns the documents of each collection in the archive.
+func readArchive(t *testing.T, path string) map[string][]bson.Raw {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(zr)
+	out := map[string][]bson.Raw{}
+	current := ""
+	for {
+		var size [4]byte
+		if _, err := io.ReadFull(r, size[:]); err == io.EOF {
+			return out
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		doc := make([]byte, binary.LittleEndian.Uint32(size[:]))
+		copy(doc, size[:])
+		if _, err := io.ReadFull(r, doc[4:]); err != nil {
+			t.Fatal(err)
+		}
+		raw := bson.Raw(doc)
+		if v, err := raw.LookupErr("collection"); err == nil && len(raw.Index(0).Key()) > 0 && raw.Index(0).Key() == "collection" {
+			current = v.StringValue()
+			out[current] = out[current]
+			continue
+		}
+		out[current] = append(out[current], raw)
+	}
+}
+
+func TestDumpWritesTheServicesDocuments(t *testing.T) {
+	ctx := context.Background()
+	addr := testservers.MongoDB(t, "root", "root-Secret-1")
+	admin, err := mongo.Connect(options.Client().SetHosts([]string{addr}).
+		SetAuth(options.Credential{Username: "root", Password: "root-Secret-1", AuthSource: "admin"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Disconnect(ctx)
+	if err := admin.Database("svc").RunCommand(ctx, bson.D{{Key: "createUser", Value: "svc"}, {Key: "pwd", Value: "svc-Secret-1"}, {Key: "roles", Value: bson.A{}}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Database("svc").Collection("records").InsertMany(ctx, []any{bson.D{{Key: "k", Value: "a"}}, bson.D{{Key: "k", Value: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Database("svc").Collection("other").InsertOne(ctx, bson.D{{Key: "k", Value: "c"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "cfg")
+	if err := os.WriteFile(cfg, []byte("password: \"svc-Secret-1\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	archive := filepath.Join(dir, "svc.archive.gz")
+	a, err := parseArgs([]string{"--host", host, "--port", port, "--username", "svc", "--authenticationDatabase", "svc",
+		"--db", "svc", "--config", cfg, "--gzip", "--archive=" + archive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := dump(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("dumped %d documents, want 3", n)
+	}
+	got := readArchive(t, archive)
+	if len(got["records"]) != 2 || len(got["other"]) != 1 {
+		t.Fatalf("archive holds %v", got)
+	}
+	if v := got["other"][0].Lookup("k").StringValue(); v != "c" {
+		t.Errorf("other[0].k = %q", v)
+	}
+
+	// A wrong password fails and leaves no file.
+	if err := os.WriteFile(cfg, []byte("password: \"wrong\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.archive.gz")
+	a.archive = bad
+	if _, err := dump(ctx, a); err == nil {
+		t.Fatal("a wrong password dumped")
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("a failed dump left %s", bad)
+	}
+}
+
+func TestOtherFormsAreRefused(t *testing.T) {
+	full := []string{"--host", "h", "--port", "1", "--username", "u", "--authenticationDatabase", "d", "--db", "d", "--config", "c", "--gzip", "--archive=x"}
+	if _, err := parseArgs(full); err != nil {
+		t.Fatalf("the backup Job's form: %v", err)
+	}
+	for _, argv := range [][]string{
+		nil,
+		full[:len(full)-1], // no archive
+		full[2:],           // no host
+		append(append([]string{}, full...), "--out", "dir"),
+		{"--uri", "mongodb://x", "--gzip"},
+	} {
+		if _, err := parseArgs(argv); err == nil {
+			t.Errorf("%q accepted", argv)
+		}
+	}
+}
