@@ -13,7 +13,7 @@ BENCHTIME    ?= 5x
 
 export ONPREM_CACHE
 
-.PHONY: all build test unit fuzz vet fmt-check bench clean
+.PHONY: all build test unit fuzz vet fmt-check bench e2e demo clean
 
 all: build
 
@@ -31,11 +31,21 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# Every package but the platform's end-to-end test on kind (make e2e).
 unit:
-	$(GO) test -count=1 -timeout 60m ./...
+	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v '/e2e/platform$$')
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./installer/config
+
+# The whole platform on a kind cluster, offline: images and node image built
+# here (cached in $(ONPREM_CACHE)), bundle create/push to a registry the node
+# pulls from, preflight, install, upgrade with data, two failing upgrades that
+# roll back by themselves, uninstall. It prints the timing figures at the end
+# and writes them to $(ONPREM_CACHE)/e2e/platform-timing.txt.
+# ONPREM_E2E_KEEP=1 keeps the cluster for inspection.
+e2e:
+	$(GO) test -count=1 -v -timeout 80m -run 'TestPlatform|TestCriticalPath' ./e2e/platform/
 
 # Benchmarks: the in-process render of the whole platform against the same
 # work done by the helm and kustomize command-line tools (built from the
@@ -44,6 +54,24 @@ fuzz:
 # push speed against plain per-image archives and crane.Copy.
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 ./installer/render/... ./installer/apply/... ./installer/action/... ./installer/bundle/... ./e2e/testcluster/...
+
+# Try the platform on this machine when no registry is reachable: build the
+# offline kind node image and the platform's images (e2e/localdemo: cached,
+# up to half an hour the first time on 2 cores, seconds after), then run
+# 'bin/onprem local up' with them. The images are stand-ins: every platform
+# service runs the reference service, MongoDB is FerretDB.
+# 'bin/onprem local down' removes the cluster. DEMO_FLAGS are more flags for
+# 'local up', e.g. DEMO_FLAGS="--https-port 9443 --http-port 9080".
+DEMO_FLAGS ?=
+
+demo: build
+	@out=$$($(GO) run ./e2e/cmd/demo-images) || exit 1; \
+	node=$$(printf '%s\n' "$$out" | sed -n 's/^node-image=//p'); \
+	archive=$$(printf '%s\n' "$$out" | sed -n 's/^image-archive=//p'); \
+	note=$$(printf '%s\n' "$$out" | sed -n 's/^stand-ins=//p'); \
+	echo "+ bin/onprem local up --node-image $$node --image-archive $$archive $(DEMO_FLAGS)"; \
+	bin/onprem local up --node-image "$$node" --image-archive "$$archive" $(DEMO_FLAGS); code=$$?; \
+	printf '\nNOTE: %s.\n' "$$note"; exit $$code
 
 clean:
 	rm -rf bin

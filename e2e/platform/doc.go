@@ -1,0 +1,33 @@
+// Package platform holds the kind ring's end-to-end test of the whole
+// platform (TestPlatform): real kubelets, real containers, real databases,
+// no registry but the one the test runs.
+//
+// The test drives the onprem binary exactly as an operator would, on a
+// kind cluster from e2e/kindcluster, with the images of e2e/images:
+//
+//  1. builds the onprem binary and the images (cached in $ONPREM_CACHE);
+//  2. creates a kind cluster with a unique name and starts a registry
+//     (CNCF distribution) on this machine's address on kind's network;
+//  3. `onprem bundle create` for each version it uses, from an OCI layout
+//     of the locally built images, and `onprem bundle push` to that
+//     registry;
+//  4. `onprem preflight`, then `onprem install --bundle` of the oldest
+//     version; every component Ready;
+//  5. HTTPS through the ingress controller (the node's NodePort) to
+//     pipelines-api and gitops-api, each reporting its dependencies
+//     healthy; records written to MongoDB (through those services) and to
+//     PostgreSQL (audit-manager, through the API server's service proxy);
+//  6. `onprem upgrade apply` across two steps (a required stop with a
+//     migration and its backup): the records are still there and the
+//     versions changed;
+//  7. an upgrade whose migration Job exits 1, and one whose image never
+//     becomes ready: each rolls back by itself, the command fails saying
+//     why, and the records are still there;
+//  8. `onprem uninstall` leaves the PersistentVolumeClaims;
+//  9. writes the timing figures (per component apply-to-Ready, total
+//     install time, the longest dependency chain) to a file it prints.
+//
+// The cluster is deleted at the end, also when the test fails, unless
+// ONPREM_E2E_KEEP=1. ONPREM_SKIP_KIND=1 skips the test (CI never sets it).
+// Run it with `make e2e`.
+package platform

@@ -1,0 +1,305 @@
+//go:build linux
+
+package platform
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"onprem.dev/onprem/e2e/images"
+	"onprem.dev/onprem/e2e/kindcluster"
+	"onprem.dev/onprem/e2e/testservers"
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
+)
+
+// The versions the test walks through: installed at from, upgraded across
+// the required stop via (it has a migration on pipelines-api's MongoDB
+// database) to mid, then two upgrades to last that fail and roll back.
+const (
+	from = "2.6.3"
+	via  = "2.7.0"
+	mid  = "2.7.1"
+	last = "2.8.0"
+)
+
+const (
+	namespace = "onprem"
+	domain    = "ci.onprem.test"
+	// httpsNodePort is the ingress controller's HTTPS NodePort.
+	httpsNodePort = 30443
+	// platformPrefix is where the release's platform images come from
+	// (spec.images.platform's default).
+	platformPrefix = "quay.io/codefresh"
+)
+
+func TestPlatform(t *testing.T) {
+	if os.Getenv(kindcluster.SkipEnv) == "1" {
+		t.Skipf("%s=1: the kind end-to-end test is skipped", kindcluster.SkipEnv)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	e := &env{t: t, dir: dir, timing: &timing{}}
+	t0 := time.Now()
+
+	e.step("build the onprem binary", func() { e.bin = buildOnprem(t, dir) })
+
+	var built []images.Image
+	e.step("build the images", func() {
+		var err error
+		built, err = images.Build(ctx, images.Names(), t.Logf)
+		if err != nil {
+			t.Fatalf("building the images: %v", err)
+		}
+	})
+
+	e.step("create the kind cluster", func() {
+		e.cluster = kindcluster.Start(t, kindcluster.WithStartTimeout(10*time.Minute))
+		e.kubeconfig = e.cluster.Kubeconfig
+	})
+
+	e.step("start a registry the node can reach", func() {
+		hostIP, err := e.cluster.HostIP(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.registry = testservers.StartDistributionAt(t, hostIP).Host
+		if err := e.cluster.TrustRegistry(ctx, e.registry); err != nil {
+			t.Fatal(err)
+		}
+		if e.nodeIP, err = e.cluster.NodeIP(ctx, e.cluster.Nodes[0]); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := []string{from, via, mid, last}
+	bundles := map[string]string{}
+	e.step("bundle create and bundle push", func() {
+		layoutDir := filepath.Join(dir, "oci")
+		var chartVersions []string
+		for _, v := range versions {
+			rel, err := set.Get(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := images.WriteOCILayout(layoutDir, releaseImages(t, rel, built)); err != nil {
+				t.Fatal(err)
+			}
+			chartVersions = append(chartVersions, rel.Runtime.ChartVersion)
+		}
+		charts := runtimetest.ServeOCI(t, chartVersions...)
+		for _, v := range versions {
+			b := filepath.Join(dir, "platform-"+v+".bundle")
+			e.onprem("bundle", "create", "--version", v, "--oci-layout", layoutDir,
+				"--chart-repository", charts, "--chart-plain-http", "-o", b)
+			e.onprem("bundle", "push", b, "--registry", e.registry+"/onprem", "--insecure")
+			bundles[v] = b
+		}
+	})
+
+	cfg := e.writeConfig("onprem.yaml", from, "")
+	e.step("preflight", func() {
+		e.onprem("preflight", "-c", cfg, "--bundle", bundles[from], "--kubeconfig", e.kubeconfig)
+	})
+
+	e.step("install "+from, func() {
+		var res action.InstallResult
+		e.onpremJSON(&res, "install", "-c", cfg, "--bundle", bundles[from], "--kubeconfig", e.kubeconfig, "--timeout", "8m")
+		if res.Version != from {
+			t.Fatalf("installed version %q, want %s", res.Version, from)
+		}
+		rel, _ := set.Get(from)
+		e.timing.record(rel, res)
+	})
+	e.allReady(from)
+
+	e.step("reach the services through the ingress controller", func() {
+		e.ingressClient(ctx)
+		e.checkService("/api", "pipelines-api", from, "mongodb", "redis", "rabbitmq")
+		e.checkService("/gitops/api", "gitops-api", from, "mongodb", "redis", "rabbitmq")
+	})
+
+	records := map[string]string{"before-upgrade": "written at " + from}
+	e.step("write records", func() {
+		for k, v := range records {
+			e.putRecord(ctx, k, v)
+		}
+		e.checkRecords(ctx, records)
+	})
+
+	e.step("upgrade "+from+" → "+mid+" (two steps)", func() {
+		var res action.UpgradeResult
+		e.onpremJSON(&res, "upgrade", "apply", "-c", cfg, "--to", mid,
+			"--bundle", bundles[via], "--bundle", bundles[mid], "--kubeconfig", e.kubeconfig, "--timeout", "6m")
+		if res.Version != mid {
+			t.Fatalf("after the upgrade the platform is at %q, want %s", res.Version, mid)
+		}
+	})
+	e.allReady(mid)
+	e.step("records survive the upgrade; versions changed", func() {
+		e.checkService("/api", "pipelines-api", mid, "mongodb", "redis", "rabbitmq")
+		e.checkService("/gitops/api", "gitops-api", mid, "mongodb", "redis", "rabbitmq")
+		e.checkRecords(ctx, records)
+		records["after-upgrade"] = "written at " + mid
+		e.putRecord(ctx, "after-upgrade", records["after-upgrade"])
+	})
+
+	// A migration Job that exits 1: the step rolls back by itself.
+	failing := e.overlay("fail-migration", `  - target: {kind: Job, name: onprem-migration-audit-log-partitions}
+    patch: |
+      - op: add
+        path: /spec/template/spec/containers/0/env/-
+        value: {name: ONPREM_FAIL_MIGRATION, value: "true"}
+`)
+	e.step("a failing migration rolls back by itself", func() {
+		c := e.writeConfig("onprem-fail-migration.yaml", last, failing)
+		out := e.onpremFails("upgrade", "apply", "-c", c, "--to", last, "--bundle", bundles[last],
+			"--kubeconfig", e.kubeconfig, "--timeout", "3m")
+		mustContain(t, out, "audit-log-partitions", "the platform is at "+mid)
+	})
+	e.allReady(mid)
+	e.step("records survive the failed migration", func() {
+		e.checkService("/api", "pipelines-api", mid, "mongodb", "redis", "rabbitmq")
+		e.checkRecords(ctx, records)
+	})
+
+	// An image that never becomes ready (it is not in the registry).
+	neverReady := e.overlay("never-ready", `  - target: {kind: Deployment, name: gitops-api}
+    patch: |
+      - op: replace
+        path: /spec/template/spec/containers/0/image
+        value: `+e.registry+`/onprem/never-ready:0.0.0
+`)
+	e.step("an image that never becomes ready rolls back by itself", func() {
+		c := e.writeConfig("onprem-never-ready.yaml", last, neverReady)
+		out := e.onpremFails("upgrade", "apply", "-c", c, "--to", last, "--bundle", bundles[last],
+			"--kubeconfig", e.kubeconfig, "--timeout", "90s")
+		mustContain(t, out, "gitops-api", "rolled back", "the platform is at "+mid)
+	})
+	e.allReady(mid)
+	e.step("records survive the failed rollout", func() {
+		e.checkService("/gitops/api", "gitops-api", mid, "mongodb", "redis", "rabbitmq")
+		e.checkRecords(ctx, records)
+	})
+
+	e.step("a GitOps runtime (fixture chart) installed and listed", func() {
+		const token = "e2e-git-token-0123456789abcdef"
+		git := testservers.StartGit(t, token)
+		configURL := git.NewRepo(t, "config")
+		tokenFile := filepath.Join(dir, "git-token")
+		if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := e.writeConfig("onprem-runtime.yaml", mid)
+		out := e.onprem("runtime", "install", "codefresh", "-c", c, "--bundle", bundles[mid],
+			"--config-repo", configURL, "--git-token-file", tokenFile, "--kubeconfig", e.kubeconfig, "--timeout", "4m")
+		if strings.Contains(out, token) {
+			t.Fatal("runtime install printed the Git token")
+		}
+		var list action.RuntimeListResult
+		e.onpremJSON(&list, "runtime", "list", "-c", c, "--kubeconfig", e.kubeconfig)
+		if len(list.Runtimes) != 1 || list.Runtimes[0].Name != "codefresh" || !list.Runtimes[0].Ready || !list.Runtimes[0].Config {
+			t.Fatalf("runtime list: %+v", list)
+		}
+		if files := git.Files(t, "config", "HEAD"); !slices.ContainsFunc(files, func(f string) bool { return strings.HasPrefix(f, "resources/") }) {
+			t.Fatalf("the configuration repository has no resources/ layout: %v", files)
+		}
+		t.Logf("runtime codefresh: %s, workloads %v", list.Runtimes[0].Chart, list.Runtimes[0].Workloads)
+	})
+
+	e.step("uninstall keeps the volumes", func() {
+		pvcs, err := e.cluster.Client.CoreV1().PersistentVolumeClaims(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pvcs.Items) == 0 {
+			t.Fatal("no PersistentVolumeClaims before uninstall")
+		}
+		e.onprem("uninstall", "-c", cfg, "--kubeconfig", e.kubeconfig)
+		after, err := e.cluster.Client.CoreV1().PersistentVolumeClaims(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		for _, p := range after.Items {
+			if p.DeletionTimestamp == nil {
+				kept = append(kept, p.Name)
+			}
+		}
+		if len(kept) != len(pvcs.Items) {
+			t.Fatalf("after uninstall %d of %d PersistentVolumeClaims are left: %v", len(kept), len(pvcs.Items), kept)
+		}
+		deps, err := e.cluster.Client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(deps.Items) != 0 {
+			t.Fatalf("after uninstall %d Deployments are left", len(deps.Items))
+		}
+	})
+
+	e.timing.total = time.Since(t0)
+	e.timing.steps = e.steps
+	path, text := e.timing.write(t)
+	t.Logf("timing figures (%s):\n%s", path, text)
+}
+
+// releaseImages names the built images as every image of rel: the
+// stand-ins under their release references, the reference service under
+// every platform image and under the images no stand-in covers (the
+// components that use them are not installed by this test).
+func releaseImages(t *testing.T, rel *release.Release, built []images.Image) []images.Image {
+	t.Helper()
+	imgs, missing := images.ForRelease(rel, platformPrefix, built)
+	var ref images.Image
+	for _, b := range built {
+		if b.Name == "refservice" {
+			ref = b
+		}
+	}
+	for _, m := range missing {
+		ri, ok := rel.Image(m)
+		if !ok {
+			t.Fatalf("release %s: no image %s", rel.Version, m)
+		}
+		imgs = append(imgs, images.Retag(ref, ri.Repository+":"+ri.Tag)...)
+	}
+	return imgs
+}
+
+func mustContain(t *testing.T, out string, parts ...string) {
+	t.Helper()
+	for _, p := range parts {
+		if !strings.Contains(out, p) {
+			t.Fatalf("the output does not say %q:\n%s", p, tailLines(out, 40))
+		}
+	}
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func decodeJSON(t *testing.T, data []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("decoding %T: %v\n%s", v, err, tailLines(string(data), 20))
+	}
+}

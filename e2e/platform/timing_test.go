@@ -1,0 +1,146 @@
+//go:build linux
+
+package platform
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/release"
+)
+
+// timing holds the figures of one run: each component's time from apply
+// to Ready in the install, the install's total, and the longest
+// dependency chain.
+type timing struct {
+	version    string
+	components map[string]time.Duration
+	order      []string
+	install    time.Duration
+	chain      []string
+	chainTime  time.Duration
+	total      time.Duration
+	steps      []stepTime
+}
+
+// record takes the install's result and computes the critical path: the
+// chain of dependsOn edges whose components' own apply-to-Ready times add
+// up to the most.
+func (tm *timing) record(rel *release.Release, res action.InstallResult) {
+	tm.version = rel.Version
+	tm.install = res.Elapsed
+	tm.components = map[string]time.Duration{}
+	for _, c := range res.Components {
+		tm.components[c.Name] = c.Elapsed
+		tm.order = append(tm.order, c.Name)
+	}
+	deps := map[string][]string{}
+	for name := range tm.components {
+		if c, ok := rel.Component(name); ok {
+			for _, d := range c.DependsOn {
+				if _, ok := tm.components[d]; ok {
+					deps[name] = append(deps[name], d)
+				}
+			}
+		}
+	}
+	tm.chain, tm.chainTime = criticalPath(tm.components, deps)
+}
+
+// criticalPath returns the heaviest chain of the DAG (weights on nodes),
+// from its first component to its last.
+func criticalPath(weight map[string]time.Duration, deps map[string][]string) ([]string, time.Duration) {
+	best := map[string]time.Duration{}
+	prev := map[string]string{}
+	var visit func(n string, seen map[string]bool) time.Duration
+	visit = func(n string, seen map[string]bool) time.Duration {
+		if d, ok := best[n]; ok {
+			return d
+		}
+		if seen[n] { // a cycle cannot happen in a validated release
+			return 0
+		}
+		seen[n] = true
+		var longest time.Duration
+		for _, d := range deps[n] {
+			if w := visit(d, seen); w > longest || prev[n] == "" {
+				longest, prev[n] = w, d
+			}
+		}
+		best[n] = longest + weight[n]
+		return best[n]
+	}
+	var end string
+	names := make([]string, 0, len(weight))
+	for n := range weight {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if visit(n, map[string]bool{}) > best[end] || end == "" {
+			end = n
+		}
+	}
+	if end == "" {
+		return nil, 0
+	}
+	var chain []string
+	for n := end; n != ""; n = prev[n] {
+		chain = append([]string{n}, chain...)
+	}
+	return chain, best[end]
+}
+
+// write writes the figures to $ONPREM_CACHE/e2e/platform-timing.txt (the
+// checkout of a CI run is thrown away) and returns the path and the text.
+func (tm *timing) write(t *testing.T) (string, string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "onprem kind e2e, %s\n\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "install of %s, time from apply to Ready per component (apply order):\n", tm.version)
+	for _, n := range tm.order {
+		fmt.Fprintf(&b, "  %-20s %6.1f s\n", n, tm.components[n].Seconds())
+	}
+	fmt.Fprintf(&b, "\ntotal install time (onprem install, preflight included): %.1f s\n", tm.install.Seconds())
+	fmt.Fprintf(&b, "longest dependency chain: %s = %.1f s\n", strings.Join(tm.chain, " → "), tm.chainTime.Seconds())
+	if tm.chainTime > 0 {
+		fmt.Fprintf(&b, "installer overhead: total / critical path = %.2f (target ≤ 1.15)\n", tm.install.Seconds()/tm.chainTime.Seconds())
+	}
+	fmt.Fprintf(&b, "\nsteps of the test:\n")
+	for _, s := range tm.steps {
+		fmt.Fprintf(&b, "  %-55s %7.1f s\n", s.Name, s.Took.Seconds())
+	}
+	fmt.Fprintf(&b, "whole test: %.1f s\n", tm.total.Seconds())
+	root := os.Getenv("ONPREM_CACHE")
+	if root == "" {
+		root = "/var/cache/onprem"
+	}
+	path := filepath.Join(root, "e2e", "platform-timing.txt")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Errorf("timing file: %v", err)
+	} else if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Errorf("timing file: %v", err)
+	}
+	return path, b.String()
+}
+
+func TestCriticalPath(t *testing.T) {
+	s := time.Second
+	weight := map[string]time.Duration{"ingress": 10 * s, "mongodb": 20 * s, "redis": 5 * s, "db-provision": 8 * s, "api": 3 * s, "ui": 30 * s}
+	deps := map[string][]string{
+		"mongodb":      {"ingress"},
+		"redis":        {"ingress"},
+		"db-provision": {"mongodb"},
+		"api":          {"db-provision", "redis"},
+		"ui":           {"ingress"},
+	}
+	chain, d := criticalPath(weight, deps)
+	if got := strings.Join(chain, ","); got != "ingress,mongodb,db-provision,api" || d != 41*s {
+		t.Errorf("critical path %s = %s, want ingress,mongodb,db-provision,api = 41s", got, d)
+	}
+}
