@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kind/pkg/cluster"
 )
 
 const (
@@ -166,16 +166,21 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if c.owner, err = claim(clustersDir(tc), c.Name); err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(dir, "kind-config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(kindConfig), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "kind-config.yaml"), []byte(kindConfig), 0o644); err != nil {
 		return nil, fmt.Errorf("kindcluster: %w", err)
 	}
 	t0 := time.Now()
 	logf("kindcluster: creating cluster %s from %s", c.Name, tc.NodeImage)
-	out, err := c.kind(ctx, nil, "create", "cluster", "--name", c.Name, "--image", tc.NodeImage,
-		"--config", cfgPath, "--kubeconfig", c.Kubeconfig, "--retain", "--wait", "3m")
-	if err != nil {
-		err = fmt.Errorf("kindcluster: kind create cluster %s: %w\n%s", c.Name, err, tail(out, 40))
+	p, klog := c.provider()
+	// kind's Create takes no context; it is bounded by its own wait.
+	if err := ctx.Err(); err != nil {
+		return nil, c.failed(err)
+	}
+	if err := p.Create(c.Name, cluster.CreateWithRawConfig([]byte(kindConfig)), cluster.CreateWithNodeImage(tc.NodeImage),
+		cluster.CreateWithKubeconfigPath(c.Kubeconfig), cluster.CreateWithRetain(true),
+		cluster.CreateWithWaitForReady(3*time.Minute), cluster.CreateWithDisplayUsage(false),
+		cluster.CreateWithDisplaySalutation(false)); err != nil {
+		err = fmt.Errorf("kindcluster: creating kind cluster %s: %w\n%s", c.Name, err, klog.tail())
 		return nil, c.failed(err)
 	}
 	created := time.Since(t0)
@@ -212,29 +217,6 @@ func (c *Cluster) failed(err error) error {
 	return errors.Join(err, c.Delete(ctx))
 }
 
-// kind runs the kind CLI with the docker CLI of the toolchain first in
-// PATH and returns its combined output.
-func (c *Cluster) kind(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
-	out, _, err := c.kindOut(ctx, stdin, args...)
-	return out, err
-}
-
-// kindOut is kind that also returns the standard output alone.
-func (c *Cluster) kindOut(ctx context.Context, stdin io.Reader, args ...string) (combined, stdout []byte, err error) {
-	cmd := exec.CommandContext(ctx, c.Toolchain.Kind, args...)
-	cmd.Env = append(os.Environ(),
-		"PATH="+filepath.Dir(c.Toolchain.Docker)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"KIND_EXPERIMENTAL_PROVIDER=docker")
-	cmd.Stdin = stdin
-	var out, stdoutBuf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, &stdoutBuf), &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
-	err = cmd.Run()
-	return out.Bytes(), stdoutBuf.Bytes(), err
-}
-
 func (c *Cluster) connect(ctx context.Context) error {
 	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
 	if err != nil {
@@ -246,11 +228,15 @@ func (c *Cluster) connect(ctx context.Context) error {
 		return fmt.Errorf("kindcluster: client: %w", err)
 	}
 	c.RESTConfig, c.Client = rc, cs
-	out, stdout, err := c.kindOut(ctx, nil, "get", "nodes", "--name", c.Name)
+	p, _ := c.provider()
+	nodes, err := p.ListNodes(c.Name)
 	if err != nil {
-		return fmt.Errorf("kindcluster: kind get nodes: %w: %s", err, out)
+		return fmt.Errorf("kindcluster: the nodes of kind cluster %s: %w", c.Name, err)
 	}
-	c.Nodes = strings.Fields(string(stdout))
+	c.Nodes = nil
+	for _, n := range nodes {
+		c.Nodes = append(c.Nodes, n.String())
+	}
 	if len(c.Nodes) == 0 {
 		return fmt.Errorf("kindcluster: cluster %s has no node", c.Name)
 	}
@@ -426,11 +412,11 @@ func (c *Cluster) Delete(ctx context.Context) error {
 			c.provisioner.stop()
 		}
 		t0 := time.Now()
-		out, err := c.kind(ctx, nil, "delete", "cluster", "--name", c.Name)
-		if err != nil {
+		p, klog := c.provider()
+		if err := p.Delete(c.Name, c.Kubeconfig); err != nil {
 			// Unowned now: the next run reaps it.
 			c.owner.release(false)
-			c.deleteErr = fmt.Errorf("kind delete cluster %s: %w: %s", c.Name, err, tail(out, 20))
+			c.deleteErr = fmt.Errorf("deleting kind cluster %s: %w: %s", c.Name, err, klog.tail())
 			return
 		}
 		c.owner.release(true)

@@ -15,7 +15,10 @@
 // CoreDNS, containerd 2, pause, the kind CLI, the control-plane images and
 // the node image onprem.dev/kind-node:v1.36.3) and caches it in
 // $ONPREM_CACHE/kind; Start calls it. The control plane's own binaries
-// come from e2e/testcluster's cache.
+// come from e2e/testcluster's cache. Clusters are created, listed and
+// deleted with kind's Go library (sigs.k8s.io/kind/pkg/cluster, the
+// CLI's version); the CLI is built for the operator's own inspection
+// commands, which the log prints for a kept cluster.
 //
 // Every cluster's default StorageClass is StorageClassName, served by a
 // provisioner that runs inside the test process: claims bind to hostPath

@@ -113,19 +113,17 @@ func reap(dir string, names []string, del func(string) error) ([]string, error) 
 // cleanup. Clusters kept with ONPREM_KEEP_CLUSTER=1 stay. c needs only its
 // Toolchain and logf.
 func (c *Cluster) reapLeftovers(ctx context.Context) error {
-	combined, stdout, err := c.kindOut(ctx, nil, "get", "clusters")
+	p, klog := c.provider()
+	names, err := p.List()
 	if err != nil {
-		return fmt.Errorf("kindcluster: kind get clusters: %w: %s", err, tail(combined, 10))
-	}
-	var names []string
-	for _, l := range strings.Split(string(stdout), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.Contains(l, " ") {
-			names = append(names, l)
-		}
+		return fmt.Errorf("kindcluster: listing kind clusters: %w: %s", err, klog.tail())
 	}
 	gone, err := reap(clustersDir(c.Toolchain), names, func(n string) error {
-		if out, err := c.kind(ctx, nil, "delete", "cluster", "--name", n); err != nil {
-			return fmt.Errorf("%w: %s", err, tail(out, 10))
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := p.Delete(n, ""); err != nil {
+			return fmt.Errorf("%w: %s", err, klog.tail())
 		}
 		return nil
 	})
