@@ -25,7 +25,7 @@ import (
 // Image is one built image and the reference it goes by.
 type Image struct {
 	// Name is what Build knows it as: traefik, mongodb, postgresql, redis,
-	// rabbitmq or refservice.
+	// rabbitmq, refservice or runner.
 	Name string
 	// Ref is the full reference, e.g. docker.io/library/traefik:v3.6.12.
 	Ref string
@@ -50,6 +50,9 @@ const RefserviceRef = "onprem.dev/e2e/refservice:dev"
 type recipe struct {
 	// release is the release image whose reference the image takes.
 	release string
+	// ref is the reference of an image that takes no release image's
+	// (ForRelease names it after the images it stands in for).
+	ref string
 	// stamp hashes every input of the image; it must be cheap.
 	stamp func(ctx context.Context) (string, error)
 	// make builds the image (and whatever it needs that the cache lacks),
@@ -65,7 +68,8 @@ func (b *builder) recipes() map[string]recipe {
 		"postgresql": {release: "postgresql", stamp: b.debianStamp(postgresImage), make: b.debianImage(postgresImage)},
 		"redis":      {release: "redis", stamp: b.debianStamp(redisImage), make: b.debianImage(redisImage)},
 		"rabbitmq":   {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
-		"refservice": {stamp: b.refserviceStamp, make: b.refserviceImage},
+		"refservice": {ref: RefserviceRef, stamp: b.refserviceStamp, make: b.refserviceImage},
+		"runner":     {ref: RunnerRef, stamp: b.runnerStamp, make: b.runnerImage},
 	}
 }
 
@@ -117,7 +121,7 @@ func Build(ctx context.Context, names []string, log func(string, ...any)) ([]Ima
 		if err != nil {
 			return nil, fmt.Errorf("images: %s: %w", n, err)
 		}
-		ref := RefserviceRef
+		ref := recipes[n].ref
 		if r := recipes[n].release; r != "" {
 			ri, ok := latest.Image(r)
 			if !ok {
@@ -234,9 +238,16 @@ func Retag(img Image, refs ...string) []Image {
 	return out
 }
 
+// releaseStandIns are release images that a built image of another name
+// stands in for, when it is built: the runner's agent (a platform image,
+// otherwise refservice) and its engine are both the runner image, which
+// picks its role from its arguments.
+var releaseStandIns = map[string]string{"runner-agent": "runner", "buildkit": "runner"}
+
 // ForRelease names the built images as rel's images: each infrastructure
 // image under the release's reference (repository:tag, no digest: a
-// stand-in cannot match upstream's), and refservice under every platform
+// stand-in cannot match upstream's), runner (when built) under
+// runner-agent and buildkit, and refservice under every other platform
 // image (platformPrefix/repository:tag, as installer/images computes it).
 // missing lists the release's images that built does not cover (sorted),
 // so that the caller can decide whether its test needs them.
@@ -251,6 +262,11 @@ func ForRelease(rel *release.Release, platformPrefix string, built []Image) (img
 		if ri.Platform {
 			name = "refservice"
 			repo = strings.TrimSuffix(platformPrefix, "/") + "/" + ri.Repository
+		}
+		if s, ok := releaseStandIns[ri.Name]; ok {
+			if _, ok := byName[s]; ok {
+				name = s
+			}
 		}
 		b, ok := byName[name]
 		if !ok {

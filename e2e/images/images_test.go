@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -517,6 +518,84 @@ func TestRefserviceImageRunsAsTheServiceChartsUser(t *testing.T) {
 	}
 	if err := p.stop(); err != nil {
 		t.Errorf("refservice did not stop cleanly on SIGTERM: %v", err)
+	}
+}
+
+func TestRunnerImageServesTheRunnerChartsPods(t *testing.T) {
+	img := build(t, "runner")
+	checkUser(t, img, "1000:1000")
+	root := unpack(t, img)
+	values := map[string]any{"images": map[string]any{"agent": img.Ref, "engine": img.Ref}}
+
+	// The engine: the entrypoint gets the chart's args and acts as
+	// buildkitd; its probes (buildctl debug workers over the unix socket,
+	// a TCP connection to grpc) pass.
+	engine := runPod(t, img, podConfig{chart: "runner", container: "engine", name: "runner-engine-0", root: root, values: values})
+	engine.waitProbes(time.Minute)
+	out, err := engine.sb.Exec(context.Background(), engine.uid, engine.gid,
+		setEnv(slices.Clone(engine.env), "BUILDKIT_HOST", "tcp://127.0.0.1:1234"), "buildctl", "debug", "workers")
+	if err != nil || !strings.Contains(string(out), "linux/amd64") {
+		t.Errorf("buildctl debug workers over TCP: %q (%v)", out, err)
+	}
+	if err := engine.stop(); err != nil {
+		t.Errorf("the engine did not stop cleanly on SIGTERM: %v\n%s", err, tail(engine.output(), 20))
+	}
+	if log := engine.output(); !strings.Contains(log, "listening on unix:///run/user/1000/buildkit/buildkitd.sock") || !strings.Contains(log, "listening on tcp://0.0.0.0:1234") {
+		t.Errorf("the engine does not listen where the chart's config says:\n%s", log)
+	}
+
+	// The agent: alive, and not ready, naming the engine's Service, which
+	// no sandbox resolves (the stand-in's own tests cover it turning
+	// ready); the token is in none of its output.
+	token := secret()
+	agent := runPod(t, img, podConfig{chart: "runner", container: "agent", name: "runner-agent-0", root: root, values: values,
+		secrets: map[string]map[string]string{"onprem-runner-token": {"token": token}}})
+	liveness, readiness := agent.container.LivenessProbe, agent.container.ReadinessProbe
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := agent.probe(context.Background(), liveness)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's liveness probe still fails: %v\n%s", err, tail(agent.output(), 20))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := agent.probe(context.Background(), readiness); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("the agent's readiness probe with no engine: %v, want 503", err)
+	}
+	get := func(path string) (int, string) {
+		resp, err := agent.httpClient().Get("http://127.0.0.1:8080" + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	var bodies []string
+	code, body := get("/readyz")
+	bodies = append(bodies, body)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "tcp://runner-engine.onprem-engine.svc:1234") {
+		t.Errorf("/readyz = %d %q, want 503 naming the engine's Service", code, body)
+	}
+	code, body = get("/version")
+	bodies = append(bodies, body)
+	if code != http.StatusOK || !strings.Contains(body, `"runner":"default"`) {
+		t.Errorf("/version = %d %q", code, body)
+	}
+	if err := agent.stop(); err != nil {
+		t.Errorf("the agent did not stop cleanly on SIGTERM: %v\n%s", err, tail(agent.output(), 20))
+	}
+	log := agent.output()
+	if !strings.Contains(log, `namespace "onprem"`) {
+		t.Errorf("the agent's log does not show its namespace (fieldRef):\n%s", log)
+	}
+	for _, o := range append(bodies, log) {
+		if strings.Contains(o, token) {
+			t.Errorf("the token is in the agent's output: %q", o)
+		}
 	}
 }
 

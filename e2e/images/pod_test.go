@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,9 +36,11 @@ import (
 
 const testNamespace = "onprem"
 
-// podOf renders chart with values and returns its workload's pod
-// template and volume claim names (a StatefulSet's, or a Deployment's).
-func podOf(t *testing.T, chart string, values map[string]any) (corev1.PodTemplateSpec, []string, map[string]map[string]string) {
+// podOf renders chart with values and returns the pod template and volume
+// claim names of its workload (a StatefulSet's, or a Deployment's) that
+// runs container (a chart may have several: the runner's agent and
+// engine).
+func podOf(t *testing.T, chart, container string, values map[string]any) (corev1.PodTemplateSpec, []string, map[string]map[string]string) {
 	t.Helper()
 	c, err := charts.Load(chart)
 	if err != nil {
@@ -51,6 +54,13 @@ func podOf(t *testing.T, chart string, values map[string]any) (corev1.PodTemplat
 		pod    *corev1.PodTemplateSpec
 		claims []string
 	)
+	// take keeps the first workload that runs container, else the last.
+	take := func(tpl *corev1.PodTemplateSpec, cs []string) {
+		if pod != nil && slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == container }) {
+			return
+		}
+		pod, claims = tpl, cs
+	}
 	configMaps := map[string]map[string]string{}
 	for _, m := range ms {
 		for _, doc := range strings.Split(m.Content, "\n---") {
@@ -64,16 +74,17 @@ func podOf(t *testing.T, chart string, values map[string]any) (corev1.PodTemplat
 				if err := yaml.UnmarshalStrict([]byte(doc), &sts); err != nil {
 					t.Fatalf("%s: %v", m.Template, err)
 				}
-				pod = &sts.Spec.Template
+				var cs []string
 				for _, c := range sts.Spec.VolumeClaimTemplates {
-					claims = append(claims, c.Name)
+					cs = append(cs, c.Name)
 				}
+				take(&sts.Spec.Template, cs)
 			case "Deployment":
 				var d appsv1.Deployment
 				if err := yaml.UnmarshalStrict([]byte(doc), &d); err != nil {
 					t.Fatalf("%s: %v", m.Template, err)
 				}
-				pod = &d.Spec.Template
+				take(&d.Spec.Template, nil)
 			case "ConfigMap":
 				var cm corev1.ConfigMap
 				if err := yaml.UnmarshalStrict([]byte(doc), &cm); err != nil {
@@ -119,7 +130,7 @@ type podConfig struct {
 // runPod starts the chart's container from the unpacked image at cfg.root.
 func runPod(t *testing.T, img Image, cfg podConfig) *pod {
 	t.Helper()
-	tpl, claims, configMaps := podOf(t, cfg.chart, cfg.values)
+	tpl, claims, configMaps := podOf(t, cfg.chart, cfg.container, cfg.values)
 	var c *corev1.Container
 	for i := range tpl.Spec.Containers {
 		if tpl.Spec.Containers[i].Name == cfg.container {
@@ -174,10 +185,20 @@ func runPod(t *testing.T, img Image, cfg podConfig) *pod {
 	env = setEnv(env, "HOSTNAME", cfg.name)
 	for _, e := range c.Env {
 		v := e.Value
-		if e.ValueFrom != nil {
+		if f := e.ValueFrom; f != nil && f.FieldRef != nil {
+			// The downward API, for the fields the charts use.
+			switch f.FieldRef.FieldPath {
+			case "metadata.namespace":
+				v = testNamespace
+			case "metadata.name":
+				v = cfg.name
+			default:
+				t.Fatalf("env %s: field %s is not supported here", e.Name, f.FieldRef.FieldPath)
+			}
+		} else if e.ValueFrom != nil {
 			ref := e.ValueFrom.SecretKeyRef
 			if ref == nil {
-				t.Fatalf("env %s: only values and secretKeyRef are supported here", e.Name)
+				t.Fatalf("env %s: only values, secretKeyRef and fieldRef are supported here", e.Name)
 			}
 			s, ok := cfg.secrets[ref.Name][ref.Key]
 			if !ok {
@@ -255,7 +276,13 @@ func runPod(t *testing.T, img Image, cfg podConfig) *pod {
 				t.Fatalf("volume %s: the chart renders no ConfigMap %s", vm.Name, vol.ConfigMap.Name)
 			}
 			if vm.SubPath == "" {
-				t.Fatalf("volume %s: only ConfigMap keys mounted with subPath are supported here", vm.Name)
+				// The whole ConfigMap: one file per key, read-only.
+				var files []sandbox.File
+				for k, v := range data {
+					files = append(files, sandbox.File{Name: k, Data: []byte(v), Mode: 0o644, GID: groupOr(0)})
+				}
+				mounts = append(mounts, sandbox.Mount{Target: vm.MountPath, Mode: 0o755, GID: groupOr(0), Files: files, ReadOnly: true})
+				continue
 			}
 			f := filepath.Join(dir, "configmap-"+vm.Name+"-"+vm.SubPath)
 			writeFile(t, f, data[vm.SubPath], 0o644)
