@@ -23,8 +23,12 @@
 //  7. an upgrade whose migration Job exits 1, and one whose image never
 //     becomes ready: each rolls back by itself, the command fails saying
 //     why, and the records are still there;
-//  8. `onprem uninstall` leaves the PersistentVolumeClaims;
-//  9. writes the timing figures (per component apply-to-Ready, total
+//  8. `onprem runner install` (the runner stand-in image as agent and
+//     engine) and the runner `runner list` shows ready;
+//     `onprem runtime install` of the fixture GitOps runtime chart against
+//     a real Git server, and `runtime list`;
+//  9. `onprem uninstall` leaves the PersistentVolumeClaims;
+//  10. writes the timing figures (per component apply-to-Ready, total
 //     install time, the longest dependency chain) to a file it prints.
 //
 // The cluster is deleted at the end, also when the test fails, unless

@@ -195,6 +195,17 @@ func TestPlatform(t *testing.T) {
 		e.checkRecords(ctx, records)
 	})
 
+	e.step("a build runner installed and listed", func() {
+		c := e.writeConfig("onprem-runner.yaml", mid)
+		e.onprem("runner", "install", "default", "-c", c, "--bundle", bundles[mid], "--kubeconfig", e.kubeconfig, "--timeout", "4m")
+		var list action.RunnerListResult
+		e.onpremJSON(&list, "runner", "list", "-c", c, "--kubeconfig", e.kubeconfig)
+		if len(list.Runners) != 1 || list.Runners[0].Name != "default" || !list.Runners[0].Ready || list.Runners[0].Version != mid {
+			t.Fatalf("runner list: %+v", list)
+		}
+		t.Logf("runner default: %s, agent %+v, engine %+v", list.Runners[0].Chart, list.Runners[0].Agent, list.Runners[0].Engine)
+	})
+
 	e.step("a GitOps runtime (fixture chart) installed and listed", func() {
 		const token = "e2e-git-token-0123456789abcdef"
 		git := testservers.StartGit(t, token)
