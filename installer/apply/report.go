@@ -63,6 +63,11 @@ func (l *LineReporter) Report(e Event) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.start.IsZero() {
+		// A LineReporter made without NewLineReporter counts from its
+		// first line rather than from the year 1.
+		l.start = time.Now()
+	}
 	fmt.Fprintf(l.W, "%6.1fs  %-20s %s\n", time.Since(l.start).Seconds(), e.Component, describe(e))
 	for _, n := range e.NotReady {
 		fmt.Fprintf(l.W, "         %-20s   %s\n", "", n)

@@ -44,3 +44,12 @@ func TestLiveReporterRedrawsInPlace(t *testing.T) {
 		t.Errorf("output:\n%q", out)
 	}
 }
+
+func TestLineReporterMadeWithoutItsConstructorCountsFromItsFirstLine(t *testing.T) {
+	var b bytes.Buffer
+	r := &LineReporter{W: &b}
+	r.Report(Event{Component: "redis", Phase: PhaseApplying})
+	if got := strings.Fields(b.String())[0]; got != "0.0s" {
+		t.Errorf("elapsed %q, want 0.0s:\n%s", got, b.String())
+	}
+}
