@@ -8,6 +8,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -401,12 +402,16 @@ func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step,
 // RollBack returns every component whose release is no longer at its
 // revision in before (upgraded, failed, or retired since) to that
 // revision, dependencies first (the state's DependsOn edges), and updates
-// the components' records. Each rollback waits for its component to be
-// ready, so a service is restored after what it connects to: a database
-// restarted by its own rollback cannot leave already restored services
-// unready behind it. Components that did not exist before (revision 0)
-// are left as they are: a rollback never uninstalls. It returns the
-// components rolled back and those left.
+// the components' records. The components go by dependency level, as an
+// install does: those of one level are rolled back at once (at most
+// apply.DefaultConcurrency), and each rollback waits for its component to
+// be ready before the next level begins, so a service is restored after
+// what it connects to: a database restarted by its own rollback cannot
+// leave already restored services unready behind it. Components that did
+// not exist before (revision 0) are left as they are: a rollback never
+// uninstalls. A failed rollback is reported and the others go on. It
+// returns the components rolled back and those left, level by level and
+// in name order within a level.
 func RollBack(ctx context.Context, rel Releases, st *state.State, before map[string]int, timeout time.Duration, progress io.Writer) (rolled, kept []string, err error) {
 	if progress == nil {
 		progress = io.Discard
@@ -415,56 +420,88 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 	for n := range before {
 		names = append(names, n)
 	}
+	type outcome struct {
+		rolled, kept bool
+		newRev       int
+		digest       string
+		err          error
+	}
 	var errs []error
-	for _, name := range dependenciesFirst(names, st) {
-		rev := before[name]
-		last, lerr := rel.Last(ctx, name)
-		if lerr != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, lerr))
-			continue
+	slots := make(chan struct{}, apply.DefaultConcurrency)
+	for _, level := range dependencyLevels(names, st) {
+		results := make([]outcome, len(level))
+		var wg sync.WaitGroup
+		for i, name := range level {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				r := &results[i]
+				rev := before[name]
+				last, lerr := rel.Last(ctx, name)
+				if lerr != nil {
+					r.err = fmt.Errorf("%s: %w", name, lerr)
+					return
+				}
+				if rev == 0 {
+					r.kept = last != nil
+					return
+				}
+				if last != nil && last.Deployed && last.Revision == rev {
+					return
+				}
+				fmt.Fprintf(progress, "  rolling %s back to revision %d\n", name, rev)
+				r.newRev, r.err = rel.Rollback(ctx, name, rev, timeout)
+				if r.err != nil {
+					return
+				}
+				r.rolled = true
+				if info, ierr := rel.Last(ctx, name); ierr == nil && info != nil {
+					r.digest = info.Digest
+				}
+			}()
 		}
-		if rev == 0 {
-			if last != nil {
+		wg.Wait()
+		for i, name := range level {
+			r := results[i]
+			switch {
+			case r.err != nil:
+				errs = append(errs, r.err)
+			case r.kept:
 				kept = append(kept, name)
+			case r.rolled:
+				rolled = append(rolled, name)
+				if st.Components == nil {
+					st.Components = map[string]state.Component{}
+				}
+				c := st.Components[name]
+				c.Release, c.Revision, c.Status, c.UpdatedAt = name, r.newRev, "rolled back to revision "+fmt.Sprint(before[name]), time.Now().UTC()
+				if r.digest != "" {
+					c.Digest = r.digest
+				}
+				st.Components[name] = c
 			}
-			continue
 		}
-		if last != nil && last.Deployed && last.Revision == rev {
-			continue
-		}
-		fmt.Fprintf(progress, "  rolling %s back to revision %d\n", name, rev)
-		newRev, rerr := rel.Rollback(ctx, name, rev, timeout)
-		if rerr != nil {
-			errs = append(errs, rerr)
-			continue
-		}
-		rolled = append(rolled, name)
-		c := st.Components[name]
-		c.Release, c.Revision, c.Status, c.UpdatedAt = name, newRev, "rolled back to revision "+fmt.Sprint(rev), time.Now().UTC()
-		if info, ierr := rel.Last(ctx, name); ierr == nil && info != nil {
-			c.Digest = info.Digest
-		}
-		if st.Components == nil {
-			st.Components = map[string]state.Component{}
-		}
-		st.Components[name] = c
 	}
 	return rolled, kept, errors.Join(errs...)
 }
 
-// dependenciesFirst orders names so that each comes after the names it
-// depends on in the state's record; ties (and any cycle, which a validated
-// release cannot have) in name order.
-func dependenciesFirst(names []string, st *state.State) []string {
+// dependencyLevels groups names so that each comes in a later level than
+// the names it depends on in the state's record (dependencies outside
+// names do not count); each level in name order. A cycle, which a
+// validated release cannot have, leaves its members one per level at the
+// end, in name order.
+func dependencyLevels(names []string, st *state.State) [][]string {
 	slices.Sort(names)
 	in := map[string]bool{}
 	for _, n := range names {
 		in[n] = true
 	}
 	done := map[string]bool{}
-	var out []string
-	for len(out) < len(names) {
-		progressed := false
+	var levels [][]string
+	for left := len(names); left > 0; {
+		var level []string
 		for _, n := range names {
 			if done[n] {
 				continue
@@ -477,21 +514,25 @@ func dependenciesFirst(names []string, st *state.State) []string {
 				}
 			}
 			if ready {
-				done[n] = true
-				out = append(out, n)
-				progressed = true
+				level = append(level, n)
 			}
 		}
-		if !progressed { // a cycle: the rest in name order
+		if len(level) == 0 { // a cycle: the rest one by one, in name order
 			for _, n := range names {
 				if !done[n] {
+					levels = append(levels, []string{n})
 					done[n] = true
-					out = append(out, n)
 				}
 			}
+			break
 		}
+		for _, n := range level {
+			done[n] = true
+		}
+		left -= len(level)
+		levels = append(levels, level)
 	}
-	return out
+	return levels
 }
 
 // Record writes each applied component's release into the state (install

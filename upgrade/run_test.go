@@ -3,8 +3,10 @@ package upgrade
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,17 +15,28 @@ import (
 )
 
 // fakeReleases keeps each release's revision and whether it is deployed.
+// RollBack calls it from several goroutines.
 type fakeReleases struct {
+	mu       sync.Mutex
 	last     map[string]*apply.ReleaseInfo
 	rolled   []string
 	failRoll string
+	// during, when set, runs inside each Rollback call, unlocked.
+	during func(name string)
 }
 
 func (f *fakeReleases) Last(_ context.Context, name string) (*apply.ReleaseInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return f.last[name], nil
 }
 
 func (f *fakeReleases) Rollback(_ context.Context, name string, revision int, _ time.Duration) (int, error) {
+	if f.during != nil {
+		f.during(name)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if name == f.failRoll {
 		return 0, errors.New("rollback of " + name + " refused")
 	}
@@ -34,6 +47,8 @@ func (f *fakeReleases) Rollback(_ context.Context, name string, revision int, _ 
 }
 
 func (f *fakeReleases) Retire(_ context.Context, name string, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.last[name].Status, f.last[name].Deployed = "uninstalled", false
 	return nil
 }
@@ -52,7 +67,7 @@ func TestRollBackReturnsOnlyWhatChangedAndNeverUninstalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"failed", "retired", "upgraded"}; !slices.Equal(rolled, want) || !slices.Equal(f.rolled, want) {
+	if want := []string{"failed", "retired", "upgraded"}; !slices.Equal(rolled, want) || !slices.Equal(slices.Sorted(slices.Values(f.rolled)), want) {
 		t.Errorf("rolled back %v (calls %v), want %v", rolled, f.rolled, want)
 	}
 	if !slices.Equal(kept, []string{"new"}) {
@@ -110,8 +125,80 @@ func TestRollBackRestoresDependenciesFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Levels: ingress; mongodb and rabbitmq; db-provision; gitops-api;
+	// api-events. Within a level the calls may come in any order.
 	want := []string{"ingress", "mongodb", "rabbitmq", "db-provision", "gitops-api", "api-events"}
-	if !slices.Equal(f.rolled, want) || !slices.Equal(rolled, want) {
-		t.Errorf("rolled back in the order %v, want %v", f.rolled, want)
+	if !slices.Equal(rolled, want) {
+		t.Errorf("rolled back %v, want %v", rolled, want)
+	}
+	at := map[string]int{}
+	for i, n := range f.rolled {
+		at[n] = i
+	}
+	if len(at) != len(want) {
+		t.Fatalf("rollback calls %v", f.rolled)
+	}
+	for n, c := range st.Components {
+		for _, d := range c.DependsOn {
+			if pos, ok := at[d]; ok && pos > at[n] {
+				t.Errorf("%s was rolled back before %s, which it depends on (calls %v)", n, d, f.rolled)
+			}
+		}
+	}
+}
+
+// The components of one dependency level are rolled back at once, as an
+// install applies them: each call here waits until every member of its
+// level has begun, which only happens if they run side by side; the
+// dependent waits for its level to finish.
+func TestRollBackRollsOneLevelBackAtOnce(t *testing.T) {
+	level := []string{"audit-manager", "gitops-api", "pipelines-api"}
+	last := map[string]*apply.ReleaseInfo{"pipelines-ui": {Revision: 4, Deployed: true}}
+	before := map[string]int{"pipelines-ui": 3}
+	st := &state.State{Components: map[string]state.Component{"pipelines-ui": {DependsOn: level}}}
+	for _, n := range level {
+		last[n] = &apply.ReleaseInfo{Revision: 4, Deployed: true}
+		before[n] = 3
+	}
+	var mu sync.Mutex
+	started := map[string]bool{}
+	all := make(chan struct{})
+	f := &fakeReleases{last: last, during: func(name string) {
+		if name == "pipelines-ui" {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(started) != len(level) {
+				t.Errorf("pipelines-ui began with only %v of its dependencies", started)
+			}
+			return
+		}
+		mu.Lock()
+		started[name] = true
+		if len(started) == len(level) {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: the rest of its level never began alongside it", name)
+		}
+	}}
+	rolled, _, err := RollBack(context.Background(), f, st, before, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(slices.Clone(level), "pipelines-ui"); !slices.Equal(rolled, want) {
+		t.Errorf("rolled %v, want %v", rolled, want)
+	}
+}
+
+func TestDependencyLevelsPutsACycleLastOneByOne(t *testing.T) {
+	st := &state.State{Components: map[string]state.Component{
+		"a": {DependsOn: []string{"b"}}, "b": {DependsOn: []string{"a"}}, "c": {},
+	}}
+	got := dependencyLevels([]string{"b", "a", "c"}, st)
+	if want := [][]string{{"c"}, {"a"}, {"b"}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("levels %v, want %v", got, want)
 	}
 }
