@@ -57,7 +57,9 @@ func runJob(ctx context.Context, c kubernetes.Interface, namespace string, obj *
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
 	var last *batchv1.Job
-	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+	// A quarter second: a task Job of a small database finishes in about
+	// a second, and each upgrade step runs several in a row.
+	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		got, err := jobs.Get(ctx, j.Name, metav1.GetOptions{})
 		if err != nil {
 			if apierrors.IsNotFound(err) {
