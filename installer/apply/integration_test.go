@@ -11,6 +11,7 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"onprem.dev/onprem/e2e/testcluster"
@@ -160,6 +161,56 @@ func TestApplyComponentNeverReady(t *testing.T) {
 	}
 	if api, _ := rep.Component("gitops-api"); api.Action != Unchanged {
 		t.Errorf("gitops-api after fix = %+v", api)
+	}
+}
+
+// Helm's client-side OpenAPI check is off (it cost half the installer's
+// CPU); the API server's strict field validation still refuses an object
+// with a field its schema lacks, on install and on upgrade, and the error
+// names the field.
+func TestApplyRefusesAnUnknownField(t *testing.T) {
+	t.Parallel() // its own cluster
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	body := platform + "  modules:\n    pipelines: {enabled: false}\n"
+	typo := func(res *render.Result) {
+		for _, o := range res.Component("gitops-ui").Objects {
+			if o.GetKind() == "Deployment" {
+				if err := unstructured.SetNestedField(o.Object, "Always", "spec", "template", "spec", "restartPolicyy"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	check := func(rep *Report, err error, when string) {
+		t.Helper()
+		var fe *FailedError
+		if !errors.As(err, &fe) {
+			t.Fatalf("%s: err = %v", when, err)
+		}
+		got, _ := rep.Component("gitops-ui")
+		if got.Action != Failed || !strings.Contains(got.Error, "restartPolicyy") {
+			t.Errorf("%s: gitops-ui = %+v", when, got)
+		}
+	}
+	res := renderFile(t, body)
+	typo(res)
+	rep, err := Apply(ctx, Options{Getter: getter(c), Client: c.Client, Result: res, Timeout: time.Minute})
+	check(rep, err, "install")
+
+	if _, err := Apply(ctx, Options{Getter: getter(c), Client: c.Client, Result: renderFile(t, body), Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	res = renderFile(t, body)
+	typo(res)
+	rep, err = Apply(ctx, Options{Getter: getter(c), Client: c.Client, Result: res, Timeout: time.Minute})
+	check(rep, err, "upgrade")
+	d, err := c.Client.AppsV1().Deployments("onprem").Get(ctx, "gitops-ui", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Spec.Template.Spec.RestartPolicy != "Always" {
+		t.Errorf("restartPolicy = %q", d.Spec.Template.Spec.RestartPolicy)
 	}
 }
 
