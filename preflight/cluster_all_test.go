@@ -25,6 +25,7 @@ func TestClusterChecksHaveStableIDsAndTitles(t *testing.T) {
 // Every cluster check passes on a fresh harness cluster, run together by
 // the framework; and none crashes without a cluster.
 func TestClusterChecksPassOnAFreshCluster(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	env := clusterEnv(t, c)(clusterBaseSpec)
 	rep, err := Run(context.Background(), env, clusterChecks(), Options{})

@@ -72,6 +72,7 @@ func TestNodeExclusion(t *testing.T) {
 }
 
 func TestCapacity(t *testing.T) {
+	t.Parallel()              // its own cluster
 	c := testcluster.Start(t) // one kwok node: 1000 CPU, 1 TiB
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()

@@ -23,6 +23,7 @@ func TestSkewOf(t *testing.T) {
 }
 
 func TestClockSkew(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	env := clusterEnv(t, c)(clusterBaseSpec)
 	t.Run("in step", func(t *testing.T) {

@@ -38,6 +38,7 @@ func helmReleaseSecret(t testing.TB, name string, chart map[string]any, labels m
 }
 
 func TestNamespaceConflicts(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()

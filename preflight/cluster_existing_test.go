@@ -13,6 +13,7 @@ import (
 )
 
 func TestInstallationExisting(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()

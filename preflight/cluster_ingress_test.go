@@ -39,6 +39,7 @@ func TestCertProblem(t *testing.T) {
 }
 
 func TestIngress(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()

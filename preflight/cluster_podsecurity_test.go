@@ -22,6 +22,7 @@ func TestPSALabelProblems(t *testing.T) {
 }
 
 func TestPodSecurity(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()

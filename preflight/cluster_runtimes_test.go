@@ -14,6 +14,7 @@ import (
 )
 
 func TestRuntimes(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()

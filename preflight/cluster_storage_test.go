@@ -11,6 +11,7 @@ import (
 )
 
 func TestStorage(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()

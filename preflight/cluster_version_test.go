@@ -32,6 +32,7 @@ func TestKubernetesVersionParsesProviderVersionsAndNamesTheRange(t *testing.T) {
 }
 
 func TestKubernetesVersionOfARealServer(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	env := clusterEnv(t, c)(clusterBaseSpec)
 	clusterExpect(t, clusterRun(t, kubernetesVersionCheck(), env), Pass, "v1.36.3")

@@ -31,6 +31,7 @@ spec:
 // server of its kind on loopback, with the connection Secrets read from a
 // real API server: pass, and every failure mode.
 func TestDatabaseChecks(t *testing.T) {
+	t.Parallel() // its own cluster
 	env := connTestEnv(t, externalDatabasesYAML)
 	// A TLS ClientHello leaves a plain Redis or MongoDB waiting for more:
 	// the handshake bound ends it; a short one keeps the test short.

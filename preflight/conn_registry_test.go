@@ -97,6 +97,7 @@ func dockerConfigJSON(server, user, password string) string {
 // registry with basic auth on loopback, with the pull Secret read from a
 // real API server: pass, and every failure mode.
 func TestRegistryCheck(t *testing.T) {
+	t.Parallel() // its own cluster
 	env := connTestEnv(t, registryYAML)
 	host := testservers.Registry(t, testservers.WithBasicAuth("puller", "pull-s3cret"))
 	auth := &authn.Basic{Username: "puller", Password: "pull-s3cret"}

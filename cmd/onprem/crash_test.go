@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -176,22 +177,32 @@ func progressOf(s snapshot) string {
 	return fmt.Sprintf("%d secrets, %d releases deployed, %d pending", len(s.Secrets), deployed, pending)
 }
 
+// Leases of the installation lock in these tests. A killed onprem holds
+// killedLease, so that the run after the kill takes the lock over within
+// seconds; the runs the test waits for hold steadyLease, which a busy
+// 2-core machine running several clusters cannot miss renewing (with 2 s,
+// the clean upgrade itself once lost its lock there).
+const (
+	killedLease = 2 * time.Second
+	steadyLease = 30 * time.Second
+)
+
 // TestCrashSafety kills `onprem install` with SIGKILL at many points of an
 // install and checks that each time a re-run converges to the end state of
 // a clean install: the same objects, no duplicate or orphan, every release
 // deployed, the generated secrets that existed at the kill unchanged, and
 // the dead process's lock taken over.
 func TestCrashSafety(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	dir := t.TempDir()
 	ctx := context.Background()
-	const lease = 2 * time.Second
 	cl := kube.Options{Kubeconfig: c.Kubeconfig}
 	sharedIngressClass(t, c)
 
 	install := func(ns string) (*action.InstallResult, error) {
 		return (&action.Install{Source: action.Source{ConfigPath: crashConfig(t, dir, ns)}, Cluster: cl,
-			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: lease}).Run(ctx)
+			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: steadyLease}).Run(ctx)
 	}
 	// The reference: a clean install, timed, to spread the kills over it.
 	start := time.Now()
@@ -212,7 +223,7 @@ func TestCrashSafety(t *testing.T) {
 		ns := fmt.Sprintf("crash-%d", i)
 		delay := took * time.Duration(2*i+1) / (2 * kills)
 		killAfter(t, delay, "install", "-c", crashConfig(t, dir, ns), "--kubeconfig", c.Kubeconfig,
-			"--lock-lease", lease.String(), "--timeout", "2m")
+			"--lock-lease", killedLease.String(), "--timeout", "2m")
 		atKill := take(t, c.Client, ns)
 		point := progressOf(atKill)
 		points[point] = true
@@ -307,27 +318,27 @@ func upgradePoint(st *state.State) string {
 // before the interrupted step with every release deployed, after which the
 // upgrade converges too. Generated secrets never change.
 func TestUpgradeCrashSafety(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	dir := t.TempDir()
 	ctx := context.Background()
-	const lease = 2 * time.Second
 	cl := kube.Options{Kubeconfig: c.Kubeconfig}
 	sharedIngressClass(t, c)
-	install := func(ns string) {
+	install := func(t *testing.T, ns string) {
 		t.Helper()
 		if _, err := (&action.Install{Source: action.Source{ConfigPath: crashConfigAt(t, dir, ns, "2.6.3")}, Cluster: cl,
-			Timeout: 2 * time.Minute, LockLease: lease}).Run(ctx); err != nil {
+			Timeout: 2 * time.Minute, LockLease: steadyLease}).Run(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	upgrade := func(ns string) error {
+	upgrade := func(t *testing.T, ns string) error {
 		_, err := (&action.UpgradeApply{UpgradeTarget: action.UpgradeTarget{Source: action.Source{ConfigPath: crashConfigAt(t, dir, ns, "2.8.0")}, Cluster: cl},
-			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: lease}).Run(ctx)
+			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: steadyLease}).Run(ctx)
 		return err
 	}
-	install("upgrade-ref")
+	install(t, "upgrade-ref")
 	start := time.Now()
-	if err := upgrade("upgrade-ref"); err != nil {
+	if err := upgrade(t, "upgrade-ref"); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
@@ -335,67 +346,89 @@ func TestUpgradeCrashSafety(t *testing.T) {
 	ref.Secrets = nil
 	t.Logf("clean upgrade took %s: %d objects, %d releases", took, len(ref.Objects), len(ref.Releases))
 
+	// Each kill has its own namespace, so the kills run side by side (as
+	// many as -parallel allows); their delays are fractions of the clean
+	// upgrade, which ran while the package's other parallel tests ran too.
 	const kills = 6
+	var mu sync.Mutex
 	points := map[string]bool{}
-	for i := 0; i < kills; i++ {
-		ns := fmt.Sprintf("upgrade-%d", i)
-		install(ns)
-		secrets := take(t, c.Client, ns).Secrets
-		delay := took * time.Duration(2*i+1) / (2 * kills)
-		killAfter(t, delay, "upgrade", "apply", "-c", crashConfigAt(t, dir, ns, "2.8.0"), "--kubeconfig", c.Kubeconfig,
-			"--lock-lease", lease.String(), "--timeout", "2m")
-		st, err := state.NewStore(c.Client, ns).Load(ctx)
-		if err != nil {
-			t.Fatal(err)
+	t.Run("kills", func(t *testing.T) {
+		for i := 0; i < kills; i++ {
+			t.Run(fmt.Sprintf("kill-%d", i), func(t *testing.T) {
+				t.Parallel()
+				upgradeKill(t, c, dir, i, took*time.Duration(2*i+1)/(2*kills), ref, install, upgrade, func(p string) {
+					mu.Lock()
+					defer mu.Unlock()
+					points[p] = true
+				})
+			})
 		}
-		point := upgradePoint(st)
-		points[point] = true
-		t.Logf("kill %d after %-6s: %s, platform at %s", i, delay.Round(10*time.Millisecond), point, st.Version)
-
-		if i%2 == 1 {
-			good := st.Version
-			if _, err := (&action.Rollback{Target: action.Target{Cluster: cl, Namespace: ns}, Timeout: 2 * time.Minute,
-				LockWait: time.Minute, LockLease: lease}).Run(ctx); err != nil && !errors.Is(err, action.ErrNothingToRollBack) {
-				t.Fatalf("kill %d: rollback: %v", i, err)
-			}
-			after := take(t, c.Client, ns)
-			st, _ := state.NewStore(c.Client, ns).Load(ctx)
-			for name, status := range after.Releases {
-				if status != "deployed" && !(name == "gitops-manager" && status == "uninstalled") {
-					t.Errorf("kill %d: after rollback release %s is %s", i, name, status)
-				}
-			}
-			if st.Version == "" || (st.Version != good && st.Version != "2.6.3" && st.Version != "2.7.0") {
-				t.Errorf("kill %d: after rollback the platform is at %q", i, st.Version)
-			}
-		}
-		if err := upgrade(ns); err != nil {
-			t.Fatalf("kill %d: upgrade after the kill: %v", i, err)
-		}
-		got := take(t, c.Client, ns)
-		for name, data := range secrets {
-			if !reflect.DeepEqual(got.Secrets[name], data) {
-				t.Errorf("kill %d: generated secret %s changed", i, name)
-			}
-		}
-		got.Secrets = nil
-		if !reflect.DeepEqual(got, ref) {
-			t.Errorf("kill %d: end state differs from a clean upgrade\n got: %v %v\nwant: %v %v", i, got.Objects, got.Releases, ref.Objects, ref.Releases)
-		}
-		st, err = state.NewStore(c.Client, ns).Load(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Version != "2.8.0" || !st.Migrated("pipelines-build-index-v2") || !st.Migrated("audit-log-partitions") {
-			t.Errorf("kill %d: state at %s, migrations %+v", i, st.Version, st.Migrations)
-		}
-		for _, op := range st.History {
-			if op.Outcome == state.OutcomeRunning {
-				t.Errorf("kill %d: operation %s still recorded as running", i, op.ID)
-			}
-		}
-	}
+	})
 	if len(points) < 3 {
 		t.Errorf("the kills hit only %d distinct points of the upgrade: %v", len(points), points)
+	}
+}
+
+// upgradeKill is one kill of TestUpgradeCrashSafety, in its own namespace:
+// install 2.6.3, kill 'onprem upgrade apply' after delay, on odd kills roll
+// back first, then upgrade again and compare with the clean upgrade ref.
+func upgradeKill(t *testing.T, c *testcluster.Cluster, dir string, i int, delay time.Duration, ref snapshot,
+	install func(*testing.T, string), upgrade func(*testing.T, string) error, mark func(string)) {
+	ctx := context.Background()
+	cl := kube.Options{Kubeconfig: c.Kubeconfig}
+	ns := fmt.Sprintf("upgrade-%d", i)
+	install(t, ns)
+	secrets := take(t, c.Client, ns).Secrets
+	killAfter(t, delay, "upgrade", "apply", "-c", crashConfigAt(t, dir, ns, "2.8.0"), "--kubeconfig", c.Kubeconfig,
+		"--lock-lease", killedLease.String(), "--timeout", "2m")
+	st, err := state.NewStore(c.Client, ns).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	point := upgradePoint(st)
+	mark(point)
+	t.Logf("kill %d after %-6s: %s, platform at %s", i, delay.Round(10*time.Millisecond), point, st.Version)
+
+	if i%2 == 1 {
+		good := st.Version
+		if _, err := (&action.Rollback{Target: action.Target{Cluster: cl, Namespace: ns}, Timeout: 2 * time.Minute,
+			LockWait: time.Minute, LockLease: steadyLease}).Run(ctx); err != nil && !errors.Is(err, action.ErrNothingToRollBack) {
+			t.Fatalf("kill %d: rollback: %v", i, err)
+		}
+		after := take(t, c.Client, ns)
+		st, _ := state.NewStore(c.Client, ns).Load(ctx)
+		for name, status := range after.Releases {
+			if status != "deployed" && !(name == "gitops-manager" && status == "uninstalled") {
+				t.Errorf("kill %d: after rollback release %s is %s", i, name, status)
+			}
+		}
+		if st.Version == "" || (st.Version != good && st.Version != "2.6.3" && st.Version != "2.7.0") {
+			t.Errorf("kill %d: after rollback the platform is at %q", i, st.Version)
+		}
+	}
+	if err := upgrade(t, ns); err != nil {
+		t.Fatalf("kill %d: upgrade after the kill: %v", i, err)
+	}
+	got := take(t, c.Client, ns)
+	for name, data := range secrets {
+		if !reflect.DeepEqual(got.Secrets[name], data) {
+			t.Errorf("kill %d: generated secret %s changed", i, name)
+		}
+	}
+	got.Secrets = nil
+	if !reflect.DeepEqual(got, ref) {
+		t.Errorf("kill %d: end state differs from a clean upgrade\n got: %v %v\nwant: %v %v", i, got.Objects, got.Releases, ref.Objects, ref.Releases)
+	}
+	st, err = state.NewStore(c.Client, ns).Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != "2.8.0" || !st.Migrated("pipelines-build-index-v2") || !st.Migrated("audit-log-partitions") {
+		t.Errorf("kill %d: state at %s, migrations %+v", i, st.Version, st.Migrations)
+	}
+	for _, op := range st.History {
+		if op.Outcome == state.OutcomeRunning {
+			t.Errorf("kill %d: operation %s still recorded as running", i, op.ID)
+		}
 	}
 }

@@ -97,6 +97,7 @@ func podImages(t *testing.T, c *testcluster.Cluster, ns string) []string {
 // next version's bundle does the same. A changed byte, or a configuration
 // without a private registry, is refused before anything is touched.
 func TestInstallAndUpgradeFromBundles(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	reg := testservers.Registry(t)
 	dir := t.TempDir()

@@ -47,6 +47,7 @@ func generated(t *testing.T, c kubernetes.Interface, ns string) map[string]map[s
 // Install, status, converged re-run, uninstall keeping the data, and a
 // reinstall that finds the same credentials.
 func TestInstallLifecycle(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	src, cl := clusterConfig(t, c, smallPlatform)
@@ -177,6 +178,7 @@ func TestInstallLifecycle(t *testing.T) {
 // A second install against the same cluster waits for the lock, then fails
 // naming the holder.
 func TestInstallWaitsForTheLock(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	src, cl := clusterConfig(t, c, smallPlatform)
@@ -201,6 +203,7 @@ func TestInstallWaitsForTheLock(t *testing.T) {
 }
 
 func TestDryRunChangesNothing(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	src, cl := clusterConfig(t, c, smallPlatform)
@@ -247,6 +250,7 @@ current-context: prod
 // records the failure in the state (status shows it), leaves what was
 // applied in place, and a re-run after the fault is gone converges.
 func TestInstallRecordsAComponentThatNeverBecomesReady(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	// The fault, injected the way an operator could: an overlay that marks

@@ -17,6 +17,7 @@ import (
 // A failing check stops the install before anything is touched; a skipped
 // check is recorded in the state's history.
 func TestInstallRunsPreflightFirst(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	src, cl := clusterConfig(t, c, smallPlatform+"  ingress: {mode: existing, className: missing}\n")

@@ -74,6 +74,7 @@ func gone(t *testing.T, err error, what string) {
 // A runner on a second cluster, from install to uninstall, with the
 // platform on the first.
 func TestRunnerOnARemoteCluster(t *testing.T) {
+	t.Parallel() // its own cluster
 	platform, remote := testcluster.Start(t), testcluster.Start(t)
 	ctx := context.Background()
 	src, pcl := clusterConfig(t, platform, pipelinesPlatform)
@@ -254,6 +255,7 @@ func TestRunnerOnARemoteCluster(t *testing.T) {
 // nothing; an unreachable runner cluster stops the install before
 // anything is touched.
 func TestInstallConvergesDeclaredRunners(t *testing.T) {
+	t.Parallel() // its own cluster
 	platform, remote := testcluster.Start(t), testcluster.Start(t)
 	ctx := context.Background()
 	body := pipelinesPlatform + "  runners:\n    - name: local\n    - name: remote\n      concurrency: 8\n      cluster: {kubeconfig: " + remote.Kubeconfig + "}\n"
@@ -355,6 +357,7 @@ func TestInstallConvergesDeclaredRunners(t *testing.T) {
 // and pinned by digest; the pull Secret is copied to both of its
 // namespaces; its build engine pulls docker.io images through the registry.
 func TestRunnerFromABundle(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	reg := testservers.Registry(t)
 	ctx := context.Background()

@@ -127,6 +127,7 @@ func lastOp(st *state.State) state.Operation { return st.History[len(st.History)
 // 2.8.0 drops, rollback of the last step, and an upgrade again that does
 // not run the completed migrations twice.
 func TestUpgradeAcrossTwoStepsAndRollback(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	_, cl := installAt(t, c, "2.6.3")
@@ -295,6 +296,7 @@ func TestUpgradeAcrossTwoStepsAndRollback(t *testing.T) {
 // recorded as rolled back, the platform stays at 2.6.3, and the error says
 // which Job failed with which exit code.
 func TestFailedMigrationLeavesThePlatformAsItWas(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	installAt(t, c, "2.6.3")
@@ -327,6 +329,7 @@ func TestFailedMigrationLeavesThePlatformAsItWas(t *testing.T) {
 // goes back to its revision from before, and the platform stays at 2.6.3
 // (the migration that did complete is recorded and will not run again).
 func TestNeverReadyComponentRollsTheStepBack(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	installAt(t, c, "2.6.3")
@@ -396,6 +399,7 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 func TestUpgradeWithoutAnInstallation(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	src, cl := clusterConfig(t, c, upgradePlatform("2.8.0"))
 	_, err := (&UpgradePlan{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}}).Run(context.Background())
@@ -415,6 +419,7 @@ func TestUpgradeWithoutAnInstallation(t *testing.T) {
 // secrets, listing every problem and recording nothing, then records it
 // without changing a release, and the platform can be upgraded from there.
 func TestAdoptAPlatformInstalledWithHelm(t *testing.T) {
+	t.Parallel() // its own cluster
 	c := testcluster.Start(t)
 	ctx := context.Background()
 	_, cl := installAt(t, c, "2.6.3")
