@@ -35,11 +35,11 @@ func (e *JobFailedError) Error() string {
 	return fmt.Sprintf("job %s failed: %s (logs: kubectl -n %s logs job/%s)", e.Job, e.Reason, e.Namespace, e.Job)
 }
 
-// runJob runs one task's Job to completion: a Job of the same name left by
+// RunJob runs one task's Job to completion: a Job of the same name left by
 // an earlier attempt is deleted first, then the Job is created and watched
 // until it completes, fails or the timeout passes. The Job stays afterwards
 // for inspection (the next run of the same task replaces it).
-func runJob(ctx context.Context, c kubernetes.Interface, namespace string, obj *unstructured.Unstructured, timeout time.Duration) error {
+func RunJob(ctx context.Context, c kubernetes.Interface, namespace string, obj *unstructured.Unstructured, timeout time.Duration) error {
 	var j batchv1.Job
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &j); err != nil {
 		return fmt.Errorf("job %s: %w", obj.GetName(), err)

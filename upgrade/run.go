@@ -353,7 +353,7 @@ func runTasks(ctx context.Context, o RunOptions, sp *StepPlan, rec *state.Step) 
 			}
 			fmt.Fprintf(o.Progress, "  backing up the %s database of %s to %s:%s\n", t.Engine, t.Service, render.BackupClaim, file)
 			b := state.Backup{Engine: t.Engine, Service: t.Service, Claim: render.BackupClaim, Path: file, Job: t.Name}
-			if err := runJob(ctx, o.Client, ns, job, t.Timeout); err != nil {
+			if err := RunJob(ctx, o.Client, ns, job, t.Timeout); err != nil {
 				return fmt.Errorf("backing up the %s database of %s: %w", t.Engine, t.Service, err)
 			}
 			b.Finished = time.Now().UTC()
@@ -364,7 +364,7 @@ func runTasks(ctx context.Context, o RunOptions, sp *StepPlan, rec *state.Step) 
 				return err
 			}
 			fmt.Fprintf(o.Progress, "  running migration %s (%s, up to %s)\n", t.Migration, t.Component, t.Timeout)
-			if err := runJob(ctx, o.Client, ns, t.Job, t.Timeout); err != nil {
+			if err := RunJob(ctx, o.Client, ns, t.Job, t.Timeout); err != nil {
 				return fmt.Errorf("migration %s: %w", t.Migration, err)
 			}
 			rec.Migrations = append(rec.Migrations, t.Migration)

@@ -17,11 +17,13 @@ const (
 	mongoEntrypoint = mainModule + "/e2e/images/cmd/mongo-entrypoint"
 	mongoShell      = mainModule + "/e2e/images/cmd/mongosh"
 	mongoDump       = mainModule + "/e2e/images/cmd/mongodump"
+	mongoRestore    = mainModule + "/e2e/images/cmd/mongorestore"
 )
 
-// busyboxApplets are the commands the upgrade's backup script runs in the
-// MongoDB image besides mongodump (installer/render, backupScripts), and
-// a few to look around with: Debian's static busybox provides them.
+// busyboxApplets are the commands the upgrade's backup script
+// (installer/render, backupScripts) and a platform backup's and restore's
+// scripts (installer/dbdump) run in the MongoDB image besides the tools,
+// and a few to look around with: Debian's static busybox provides them.
 var busyboxApplets = []string{"sh", "cat", "dirname", "ls", "mkdir", "mktemp", "mv", "printf", "rm"}
 
 // busybox installs Debian's busybox-static on this machine when missing
@@ -38,7 +40,7 @@ func (b *builder) busybox(ctx context.Context) (string, string, error) {
 }
 
 func (b *builder) mongoStamp(ctx context.Context) (string, error) {
-	gs, err := b.goStamp(ctx, mongoEntrypoint, mongoShell, mongoDump)
+	gs, err := b.goStamp(ctx, mongoEntrypoint, mongoShell, mongoDump, mongoRestore)
 	if err != nil {
 		return "", err
 	}
@@ -53,7 +55,9 @@ func (b *builder) mongoStamp(ctx context.Context) (string, error) {
 // $ONPREM_CACHE/ferretdb) behind an entrypoint that speaks the official
 // mongo image's contract, as the mongodb chart's user (999), and a
 // mongosh stand-in that runs db-provision's script (cmd/mongosh), a
-// mongodump stand-in for the upgrade's backup Job (cmd/mongodump), and
+// mongodump stand-in for the upgrade's backup Job and platform backups
+// (cmd/mongodump), a mongorestore stand-in for restores (cmd/mongorestore),
+// and
 // Debian's static busybox for that Job's shell script.
 func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, string, error) {
 	ferret, err := testservers.FerretDB(ctx, b.log)
@@ -72,6 +76,10 @@ func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, str
 	if err := b.goBuild(ctx, "mongodump", mongoDump, dumper); err != nil {
 		return nil, "", err
 	}
+	restorer := filepath.Join(scratch, "mongorestore")
+	if err := b.goBuild(ctx, "mongorestore", mongoRestore, restorer); err != nil {
+		return nil, "", err
+	}
 	bb, bbVersion, err := b.busybox(ctx)
 	if err != nil {
 		return nil, "", err
@@ -83,6 +91,7 @@ func (b *builder) mongoImage(ctx context.Context, scratch string) (v1.Image, str
 	layer, err := filesLayer(append(files, []file{
 		{path: "/usr/local/bin/mongosh", src: shell, mode: 0o755},
 		{path: "/usr/local/bin/mongodump", src: dumper, mode: 0o755},
+		{path: "/usr/local/bin/mongorestore", src: restorer, mode: 0o755},
 		{path: "/usr/local/bin/ferretdb", src: ferret, mode: 0o755},
 		{path: "/usr/local/bin/docker-entrypoint.sh", src: entrypoint, mode: 0o755},
 		{path: "/etc/passwd", data: passwd("mongodb", ServiceUID, "/data/db"), mode: 0o644},

@@ -27,6 +27,23 @@ import (
 // succeeds (about 7 s on 2 cores).
 func RabbitMQ(t testing.TB, user, password string) string {
 	t.Helper()
+	return StartRabbitMQ(t, user, password).Addr
+}
+
+// RabbitMQServer is a running RabbitMQ.
+type RabbitMQServer struct {
+	// Addr is the AMQP address, 127.0.0.1:PORT.
+	Addr string
+	// CLIEnv is the environment under which rabbitmqctl (in
+	// /usr/lib/rabbitmq/bin) reaches this node: its HOME (the Erlang
+	// cookie), epmd port and node name.
+	CLIEnv []string
+}
+
+// StartRabbitMQ is RabbitMQ, returning the server with the environment of
+// its command-line tools.
+func StartRabbitMQ(t testing.TB, user, password string) *RabbitMQServer {
+	t.Helper()
 	server := ensurePackage(t, "rabbitmq-server", "/usr/lib/rabbitmq/bin/rabbitmq-server")
 	epmd := ensurePackage(t, "erlang-base", "/usr/bin/epmd", "/usr/lib/erlang/erts-*/bin/epmd")
 	dir := tempDir(t, "onprem-rabbitmq-")
@@ -91,7 +108,8 @@ func RabbitMQ(t testing.TB, user, password string) string {
 		return conn.Close()
 	})
 	t.Logf("testservers: RabbitMQ at %s, node %s (started in %s)", addr, node, time.Since(t0).Round(100*time.Millisecond))
-	return addr
+	return &RabbitMQServer{Addr: addr, CLIEnv: []string{"HOME=" + dir, "ERL_EPMD_PORT=" + strconv.Itoa(epmdPort), "RABBITMQ_NODENAME=" + node,
+		"RABBITMQ_CONF_ENV_FILE=" + filepath.Join(dir, "rabbitmq-env.conf")}}
 }
 
 // confValue quotes nothing: rabbitmq.conf (cuttlefish) takes the rest of

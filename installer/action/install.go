@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/runner"
@@ -207,6 +208,14 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 	st.ConfigDigest = digest
+	// Backups carry the configuration that made the platform (with its
+	// overlay folders), so a restore can make it again anywhere.
+	if err := backup.StoreConfig(ctx, cl.Client, res.Namespace, in); err != nil {
+		if ferr := finish(state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return out, err
+	}
 	if err := finish(state.OutcomeSucceeded, fmt.Sprintf("%d components ready", len(arep.Components))); err != nil {
 		return out, err
 	}

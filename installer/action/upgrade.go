@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/render"
@@ -306,6 +307,16 @@ func (u *UpgradeApply) Run(ctx context.Context) (*UpgradeResult, error) {
 	if digest, err := in.Digest(); err == nil && in.Spec.Version == p.plan.To {
 		p.st.ConfigDigest = digest
 	}
+	// The configuration kept for backups names the version now installed
+	// (--to may differ from the file's spec.version).
+	upgraded := *in
+	upgraded.Spec.Version = p.plan.To
+	if err := backup.StoreConfig(ctx, p.cl.Client, p.st.Namespace, &upgraded); err != nil {
+		if ferr := p.store.Finish(context.WithoutCancel(ctx), p.st, state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return out, err
+	}
 	msg := fmt.Sprintf("upgraded %s → %s in %d step(s)", p.plan.From, p.plan.To, len(p.plan.Steps))
 	if err := p.store.Finish(ctx, p.st, state.OutcomeSucceeded, msg); err != nil {
 		return out, err
@@ -409,7 +420,9 @@ func lastStep(st *state.State) *state.Step {
 		op := &st.History[i]
 		switch op.Kind {
 		case state.KindUpgrade:
-		case state.KindInstall, state.KindAdopt, state.KindUninstall:
+		case state.KindInstall, state.KindAdopt, state.KindUninstall, state.KindRestore:
+			// A restore installed the platform anew: the releases
+			// before it are not on this cluster.
 			return nil
 		default:
 			continue

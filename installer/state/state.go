@@ -83,7 +83,19 @@ const (
 	KindRollback  = "rollback"
 	KindUninstall = "uninstall"
 	KindAdopt     = "adopt"
+	// KindBackup is a backup of the platform (installer/backup); it
+	// changes nothing installed.
+	KindBackup = "backup"
+	// KindRestore installs a backup's version with its Secrets and data
+	// (onto an empty cluster) or restores its data into the installed
+	// platform.
+	KindRestore = "restore"
 )
+
+// MaxBackupHistory is how many backup operations the history keeps (the
+// newest): scheduled backups run often, and must not push installs and
+// upgrades out of the history.
+const MaxBackupHistory = 30
 
 // Operation outcomes.
 const (
@@ -198,7 +210,7 @@ type RuntimeConfig struct {
 // Operation is one entry of the history.
 type Operation struct {
 	ID            string    `json:"id"`
-	Kind          string    `json:"kind"` // install, upgrade, rollback, uninstall
+	Kind          string    `json:"kind"` // install, upgrade, rollback, uninstall, adopt, backup, restore
 	Version       string    `json:"version"`
 	FromVersion   string    `json:"fromVersion,omitempty"`
 	Started       time.Time `json:"started"`
@@ -212,6 +224,23 @@ type Operation struct {
 	// Steps are the steps of an upgrade (or the step a rollback undid),
 	// in order.
 	Steps []Step `json:"steps,omitempty"`
+	// Backup is the backup a backup operation wrote, or a restore read.
+	Backup *BackupRecord `json:"backup,omitempty"`
+}
+
+// BackupRecord names a backup file (never a key or a credential).
+type BackupRecord struct {
+	// Name is the file's name; Where the destination (a folder, or
+	// s3://BUCKET/PREFIX at ENDPOINT).
+	Name  string `json:"name"`
+	Where string `json:"where"`
+	// Trigger: manual, schedule or upgrade.
+	Trigger string `json:"trigger,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	// Databases is how many databases it holds.
+	Databases int `json:"databases,omitempty"`
+	// Version is the platform version it holds (restore).
+	Version string `json:"version,omitempty"`
 }
 
 // Step is one step of an upgrade: the platform going from one release to
@@ -447,6 +476,15 @@ func encode(st *State) ([]byte, error) {
 }
 
 func trimHistory(st *State, keep int) {
+	backups := 0
+	for i := len(st.History) - 1; i >= 0; i-- {
+		if st.History[i].Kind != KindBackup || st.History[i].Outcome == OutcomeRunning {
+			continue
+		}
+		if backups++; backups > MaxBackupHistory {
+			st.History = append(st.History[:i:i], st.History[i+1:]...)
+		}
+	}
 	if n := len(st.History); n > keep {
 		st.History = append([]Operation(nil), st.History[n-keep:]...)
 	}
@@ -460,9 +498,9 @@ func trimHistory(st *State, keep int) {
 // message saying it was interrupted. If the save fails st is left as it was.
 func (s *Store) Begin(ctx context.Context, st *State, op Operation) error {
 	switch op.Kind {
-	case KindInstall, KindUpgrade, KindRollback, KindUninstall, KindAdopt:
+	case KindInstall, KindUpgrade, KindRollback, KindUninstall, KindAdopt, KindBackup, KindRestore:
 	default:
-		return fmt.Errorf("state: unknown operation kind %q (want install, upgrade, rollback, uninstall or adopt)", op.Kind)
+		return fmt.Errorf("state: unknown operation kind %q (want install, upgrade, rollback, uninstall, adopt, backup or restore)", op.Kind)
 	}
 	now := s.now()
 	if op.ID == "" {
@@ -523,7 +561,7 @@ func (s *Store) Finish(ctx context.Context, st *State, outcome, message string) 
 	op.Outcome, op.Message, op.Finished = outcome, message, s.now()
 	if outcome == OutcomeSucceeded {
 		switch op.Kind {
-		case KindInstall, KindUpgrade, KindRollback, KindAdopt:
+		case KindInstall, KindUpgrade, KindRollback, KindAdopt, KindRestore:
 			if op.Version != "" {
 				st.Version = op.Version
 			}

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"compress/gzip"
+	"bytes"
 	"context"
-	"encoding/binary"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,44 +12,27 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"onprem.dev/onprem/e2e/images/internal/mongotool"
 	"onprem.dev/onprem/e2e/testservers"
 )
 
 // readArchive returns the documents of each collection in the archive.
-func readArchive(t *testing.T, path string) map[string][]bson.Raw {
+func readArchive(t *testing.T, data []byte) map[string][]bson.Raw {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(zr)
 	out := map[string][]bson.Raw{}
 	current := ""
-	for {
-		var size [4]byte
-		if _, err := io.ReadFull(r, size[:]); err == io.EOF {
-			return out
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		doc := make([]byte, binary.LittleEndian.Uint32(size[:]))
-		copy(doc, size[:])
-		if _, err := io.ReadFull(r, doc[4:]); err != nil {
-			t.Fatal(err)
-		}
-		raw := bson.Raw(doc)
-		if v, err := raw.LookupErr("collection"); err == nil && len(raw.Index(0).Key()) > 0 && raw.Index(0).Key() == "collection" {
-			current = v.StringValue()
-			out[current] = out[current]
-			continue
-		}
-		out[current] = append(out[current], raw)
+	err := mongotool.Read(bytes.NewReader(data), func(c string) error {
+		current = c
+		out[c] = out[c]
+		return nil
+	}, func(d bson.Raw) error {
+		out[current] = append(out[current], d)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return out
 }
 
 func TestDumpWritesTheServicesDocuments(t *testing.T) {
@@ -81,19 +61,21 @@ func TestDumpWritesTheServicesDocuments(t *testing.T) {
 	}
 	host, port, _ := net.SplitHostPort(addr)
 	archive := filepath.Join(dir, "svc.archive.gz")
+	// The upgrade backup Job's form: to a file.
 	a, err := parseArgs([]string{"--host", host, "--port", port, "--username", "svc", "--authenticationDatabase", "svc",
 		"--db", "svc", "--config", cfg, "--gzip", "--archive=" + archive})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := dump(ctx, a)
+	n, err := dump(ctx, a, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n != 3 {
 		t.Errorf("dumped %d documents, want 3", n)
 	}
-	got := readArchive(t, archive)
+	data, _ := os.ReadFile(archive)
+	got := readArchive(t, data)
 	if len(got["records"]) != 2 || len(got["other"]) != 1 {
 		t.Fatalf("archive holds %v", got)
 	}
@@ -101,13 +83,30 @@ func TestDumpWritesTheServicesDocuments(t *testing.T) {
 		t.Errorf("other[0].k = %q", v)
 	}
 
+	// A platform backup's form: to standard output, as the admin.
+	if err := os.WriteFile(cfg, []byte("password: \"root-Secret-1\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err = parseArgs([]string{"--host", host, "--port", port, "--username", "root", "--authenticationDatabase", "admin",
+		"--config", cfg, "--db", "svc", "--gzip", "--archive", "--quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if _, err := dump(ctx, a, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := readArchive(t, out.Bytes()); len(got["records"]) != 2 {
+		t.Fatalf("stdout archive holds %v", got)
+	}
+
 	// A wrong password fails and leaves no file.
 	if err := os.WriteFile(cfg, []byte("password: \"wrong\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bad := filepath.Join(dir, "bad.archive.gz")
-	a.archive = bad
-	if _, err := dump(ctx, a); err == nil {
+	a.Archive, a.ToStdio = bad, false
+	if _, err := dump(ctx, a, nil); err == nil {
 		t.Fatal("a wrong password dumped")
 	}
 	if _, err := os.Stat(bad); !os.IsNotExist(err) {
@@ -125,6 +124,7 @@ func TestOtherFormsAreRefused(t *testing.T) {
 		full[:len(full)-1], // no archive
 		full[2:],           // no host
 		append(append([]string{}, full...), "--out", "dir"),
+		append(append([]string{}, full...), "--drop"),
 		{"--uri", "mongodb://x", "--gzip"},
 	} {
 		if _, err := parseArgs(argv); err == nil {

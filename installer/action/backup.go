@@ -1,0 +1,389 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+
+	"onprem.dev/onprem/installer/backup"
+	"onprem.dev/onprem/installer/backupfile"
+	"onprem.dev/onprem/installer/backupstore"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/podexec"
+	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/version"
+)
+
+// Keys of the Secret that holds a bucket's credentials
+// (BackupDestination.S3CredentialsSecret, spec.backup.s3.credentialsSecret).
+const (
+	S3AccessKeyKey = "accessKeyID"
+	S3SecretKeyKey = "secretAccessKey"
+)
+
+// BackupDestination says where backups are kept: a folder on this machine
+// or an S3-compatible bucket.
+type BackupDestination struct {
+	// To is a folder (created if missing) or s3://BUCKET[/PREFIX].
+	To string
+	// S3 says how to reach the bucket (endpoint, region, CA, credentials).
+	S3 backupstore.S3Options
+	// S3CredentialsSecret names a Secret of the platform namespace with the
+	// keys accessKeyID and secretAccessKey (default: the explicit keys,
+	// else AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).
+	S3CredentialsSecret string
+}
+
+// IsS3 reports whether the destination is a bucket.
+func (d BackupDestination) IsS3() bool { return strings.HasPrefix(d.To, "s3://") }
+
+// open returns the destination's store; cl and ns are needed only for a
+// credentials Secret.
+func (d BackupDestination) open(ctx context.Context, cl *kube.Cluster, ns string) (backupstore.Store, error) {
+	if d.To == "" {
+		return nil, inputErr(errors.New("no backup destination: give --to FOLDER or --to s3://BUCKET[/PREFIX] (with --s3-endpoint)"))
+	}
+	if !d.IsS3() {
+		if strings.Contains(d.To, "://") {
+			return nil, inputErr(fmt.Errorf("backup destination %q: give a folder or s3://BUCKET[/PREFIX]", d.To))
+		}
+		return backupstore.Dir{Path: d.To}, nil
+	}
+	bucket, prefix, err := backupstore.ParseS3(d.To)
+	if err != nil {
+		return nil, inputErr(err)
+	}
+	o := d.S3
+	if d.S3CredentialsSecret != "" {
+		if cl == nil {
+			return nil, inputErr(fmt.Errorf("the S3 credentials Secret %s is read from the platform's cluster: give --context/--kubeconfig", d.S3CredentialsSecret))
+		}
+		sec, err := cl.Client.CoreV1().Secrets(ns).Get(ctx, d.S3CredentialsSecret, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading the S3 credentials (Secret %s/%s): %w", ns, d.S3CredentialsSecret, err)
+		}
+		o.AccessKey, o.SecretKey = string(sec.Data[S3AccessKeyKey]), string(sec.Data[S3SecretKeyKey])
+		if o.AccessKey == "" || o.SecretKey == "" {
+			return nil, inputErr(fmt.Errorf("Secret %s/%s must have the keys %s and %s", ns, d.S3CredentialsSecret, S3AccessKeyKey, S3SecretKeyKey))
+		}
+	}
+	s, err := backupstore.NewS3(bucket, prefix, o)
+	if err != nil {
+		return nil, inputErr(err)
+	}
+	return s, nil
+}
+
+// ref resolves a backup named by a path or an s3:// address of the file,
+// or by its name at the destination.
+func (d BackupDestination) ref(ctx context.Context, cl *kube.Cluster, ns, name string) (backupstore.Store, string, error) {
+	switch {
+	case strings.HasPrefix(name, "s3://"):
+		i := strings.LastIndex(name, "/")
+		d.To, name = name[:i], name[i+1:]
+		if d.To == "s3:/" {
+			return nil, "", inputErr(fmt.Errorf("%q: give s3://BUCKET[/PREFIX]/NAME%s", name, backupfile.Extension))
+		}
+	case strings.ContainsRune(name, os.PathSeparator) || (d.To == "" && name != ""):
+		d.To, name = filepath.Dir(name), filepath.Base(name)
+	}
+	s, err := d.open(ctx, cl, ns)
+	if err != nil {
+		return nil, "", err
+	}
+	return s, name, nil
+}
+
+// BackupKeygen writes a new key pair for backups.
+type BackupKeygen struct {
+	// Out is the folder of the key files (made if missing).
+	Out string
+}
+
+// Run writes the keys.
+func (k *BackupKeygen) Run(context.Context) (*backupfile.KeygenResult, error) {
+	if k.Out == "" {
+		k.Out = "."
+	}
+	res, err := backupfile.Keygen(k.Out)
+	if err != nil {
+		return nil, inputErr(err)
+	}
+	return res, nil
+}
+
+// BackupCreate backs up the platform: every MongoDB and PostgreSQL database
+// of its services (their engines' own dump tools, run in their pods,
+// streamed through the API server), RabbitMQ's definitions (not the
+// messages in flight), Redis optionally, the generated Secrets, the state,
+// the configuration and the registrations, encrypted, to the destination.
+type BackupCreate struct {
+	Target
+	Destination BackupDestination
+	// Keys are what the backup is encrypted to (recipients or a
+	// passphrase).
+	Keys backupfile.Keys
+	// IncludeRedis adds Redis's data (a cache: off by default).
+	IncludeRedis bool
+	// Keep, when positive, deletes the oldest backups of the installation
+	// at the destination so that Keep remain.
+	Keep int
+	// Trigger says what started it (default manual).
+	Trigger   string
+	LockWait  time.Duration
+	LockLease time.Duration
+	Progress  func(backup.Progress)
+	// Exec runs the dump tools (default: in the pods, through the API
+	// server).
+	Exec podexec.Executor
+}
+
+// BackupCreateResult is what a backup wrote.
+type BackupCreateResult struct {
+	backup.Result
+	// Pruned are the backups deleted to keep Keep.
+	Pruned []string `json:"pruned,omitempty"`
+}
+
+// Run backs up.
+func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
+	recipients, err := b.Keys.EncryptTo()
+	if err != nil {
+		return nil, inputErr(err)
+	}
+	if b.Keep < 0 {
+		return nil, inputErr(fmt.Errorf("--keep %d: give how many backups to keep (0: all)", b.Keep))
+	}
+	var cfg map[string][]byte
+	if b.ConfigPath != "" {
+		if _, err := os.Stat(b.ConfigPath); err == nil {
+			l, err := (Source{ConfigPath: b.ConfigPath}).Load(ctx)
+			if err != nil {
+				return nil, err
+			}
+			l.Close()
+			if cfg, err = backup.PackConfig(l.Installation); err != nil {
+				return nil, inputErr(err)
+			}
+		}
+	}
+	ns, err := b.Target.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kube.Connect(ctx, b.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	store, err := b.Destination.open(ctx, cl, ns)
+	if err != nil {
+		return nil, err
+	}
+	ctx, h, err := lockAndLoad(ctx, cl, ns, "backup", b.LockWait, b.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	if h.st.Version == "" {
+		return nil, inputErr(&NotInstalledError{Namespace: ns})
+	}
+	dyn, err := dynamic.NewForConfig(cl.Config)
+	if err != nil {
+		return nil, err
+	}
+	trigger := b.Trigger
+	if trigger == "" {
+		trigger = backupfile.TriggerManual
+	}
+	if err := h.store.Begin(ctx, h.st, state.Operation{Kind: state.KindBackup, Version: h.st.Version, Installer: version.Version,
+		Message: "backing up to " + store.String()}); err != nil {
+		return nil, err
+	}
+	ex := b.Exec
+	if ex == nil {
+		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
+	}
+	res, err := backup.Create(ctx, backup.CreateOptions{
+		Client: cl.Client, Dynamic: dyn, Exec: ex, Namespace: ns, State: h.st, Config: cfg,
+		Recipients: recipients, Store: store, Trigger: trigger, IncludeRedis: b.IncludeRedis, Progress: b.Progress,
+	})
+	op := h.st.Current()
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		op.Backup = &state.BackupRecord{Where: store.String(), Trigger: trigger}
+		if ferr := h.store.Finish(context.WithoutCancel(ctx), h.st, state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return nil, err
+	}
+	op.Backup = &state.BackupRecord{Name: res.Name, Where: res.Where, Trigger: trigger, Size: res.Size, Databases: len(res.Manifest.Databases()), Version: res.Manifest.Version}
+	out := &BackupCreateResult{Result: *res}
+	msg := fmt.Sprintf("backup %s written to %s (%d bytes, %d databases)", res.Name, res.Where, res.Size, len(res.Manifest.Databases()))
+	if b.Keep > 0 {
+		pruned, perr := backupstore.Prune(ctx, store, h.st.Installation, b.Keep, res.Name)
+		out.Pruned = pruned
+		if len(pruned) > 0 {
+			msg += fmt.Sprintf("; %d older deleted to keep %d", len(pruned), b.Keep)
+		}
+		if perr != nil {
+			msg += "; deleting older backups failed: " + perr.Error()
+		}
+	}
+	if err := h.store.Finish(ctx, h.st, state.OutcomeSucceeded, msg); err != nil {
+		return out, err
+	}
+	return out, nil
+}
+
+// BackupList lists the backups at a destination.
+type BackupList struct {
+	Target
+	Destination BackupDestination
+	// Installation, when set, lists only that installation's backups.
+	Installation string
+}
+
+// BackupListResult lists backups, oldest first.
+type BackupListResult struct {
+	Where   string               `json:"where"`
+	Backups []backupstore.Object `json:"backups"`
+}
+
+// Run lists.
+func (b *BackupList) Run(ctx context.Context) (*BackupListResult, error) {
+	store, err := b.openStore(ctx, b.Target, b.Destination)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if b.Installation != "" {
+		objs = backupstore.Of(b.Installation, objs)
+	}
+	if objs == nil {
+		objs = []backupstore.Object{}
+	}
+	return &BackupListResult{Where: store.String(), Backups: objs}, nil
+}
+
+// openStore opens a destination, connecting to the cluster only when a
+// credentials Secret must be read there.
+func (b *BackupList) openStore(ctx context.Context, t Target, d BackupDestination) (backupstore.Store, error) {
+	cl, ns, err := clusterFor(ctx, t, d)
+	if err != nil {
+		return nil, err
+	}
+	return d.open(ctx, cl, ns)
+}
+
+// clusterFor connects to the platform's cluster when the destination's
+// credentials are in a Secret there.
+func clusterFor(ctx context.Context, t Target, d BackupDestination) (*kube.Cluster, string, error) {
+	if d.S3CredentialsSecret == "" {
+		return nil, "", nil
+	}
+	ns, err := t.namespace(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	cl, err := kube.Connect(ctx, t.Cluster)
+	if err != nil {
+		return nil, "", err
+	}
+	return cl, ns, nil
+}
+
+// BackupInspect reads a whole backup, checks every entry and returns its
+// manifest (never a secret value: Secrets are named, not shown).
+type BackupInspect struct {
+	Target
+	Destination BackupDestination
+	// Backup is a file, an s3://BUCKET/PREFIX/NAME address, or a name at
+	// Destination.
+	Backup  string
+	Keys    backupfile.Keys
+	WorkDir string
+}
+
+// BackupInspectResult describes a verified backup.
+type BackupInspectResult struct {
+	Name     string               `json:"name"`
+	Where    string               `json:"where"`
+	Verified bool                 `json:"verified"`
+	Manifest *backupfile.Manifest `json:"manifest"`
+	// Secrets names the Secrets it holds (namespace/name).
+	Secrets       []string             `json:"secrets"`
+	Registrations backup.Registrations `json:"registrations"`
+	Databases     []backupfile.Entry   `json:"databases"`
+}
+
+// Run inspects.
+func (b *BackupInspect) Run(ctx context.Context) (*BackupInspectResult, error) {
+	ids, err := b.Keys.DecryptWith()
+	if err != nil {
+		return nil, inputErr(err)
+	}
+	cl, ns, err := clusterFor(ctx, b.Target, b.Destination)
+	if err != nil {
+		return nil, err
+	}
+	store, name, err := b.Destination.ref(ctx, cl, ns, b.Backup)
+	if err != nil {
+		return nil, err
+	}
+	o, err := backup.Open(ctx, store, name, backup.OpenOptions{Identities: ids, WorkDir: b.WorkDir})
+	if err != nil {
+		var nf *backupstore.NotFoundError
+		if backupfile.IsRefusal(err) || errors.As(err, &nf) {
+			return nil, inputErr(err)
+		}
+		return nil, err
+	}
+	defer o.Close()
+	out := &BackupInspectResult{Name: name, Where: store.String(), Verified: true, Manifest: o.Manifest, Registrations: o.Registrations, Databases: o.Manifest.Databases()}
+	for _, s := range o.Secrets {
+		out.Secrets = append(out.Secrets, s.Namespace+"/"+s.Name)
+	}
+	return out, nil
+}
+
+// BackupDelete deletes a backup.
+type BackupDelete struct {
+	Target
+	Destination BackupDestination
+	Backup      string
+}
+
+// Run deletes.
+func (b *BackupDelete) Run(ctx context.Context) (string, error) {
+	cl, ns, err := clusterFor(ctx, b.Target, b.Destination)
+	if err != nil {
+		return "", err
+	}
+	store, name, err := b.Destination.ref(ctx, cl, ns, b.Backup)
+	if err != nil {
+		return "", err
+	}
+	if _, _, err := store.Open(ctx, name); err != nil {
+		var nf *backupstore.NotFoundError
+		if errors.As(err, &nf) {
+			return "", inputErr(err)
+		}
+		return "", err
+	}
+	if err := store.Delete(ctx, name); err != nil {
+		return "", err
+	}
+	return name + " deleted from " + store.String(), nil
+}

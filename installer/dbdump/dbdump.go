@@ -1,0 +1,267 @@
+// Package dbdump says how each database engine the platform runs in its
+// cluster is dumped and restored with the engine's own tools, run inside
+// the engine's pod (installer/podexec) so that the dump streams through
+// the API server:
+//
+//   - MongoDB: mongodump --db DB --archive --gzip, and mongorestore --drop
+//     --nsInclude 'DB.*' --archive --gzip, as the root user;
+//   - PostgreSQL: pg_dump --format=custom, and pg_restore --clean
+//     --if-exists --single-transaction (all or nothing), as the superuser;
+//   - RabbitMQ: rabbitmqctl export_definitions / import_definitions (users,
+//     vhosts, permissions, queues, exchanges, bindings, policies; never the
+//     messages);
+//   - Redis: redis-cli --rdb (a snapshot); it is restored by replacing the
+//     data file and restarting the server.
+//
+// Every script reads credentials from the container's environment (the
+// chart sets it from the generated Secrets), so no password is on a
+// command line, and connects to the engine on the pod's loopback. A test
+// that runs these scripts outside a pod points them at another server with
+// ONPREM_DB_HOST and ONPREM_DB_PORT.
+package dbdump
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/installer/podexec"
+)
+
+// Engines onprem dumps.
+const (
+	MongoDB    = "mongodb"
+	PostgreSQL = "postgresql"
+	RabbitMQ   = "rabbitmq"
+	Redis      = "redis"
+)
+
+// componentLabel selects a component's objects (render.ComponentLabel).
+const componentLabel = "onprem.dev/component"
+
+// Engine is a database engine the platform runs in its cluster: the
+// component (Helm release) and container that run it.
+type Engine struct {
+	Name      string
+	Component string
+	Container string
+	// Extension ends the name of a dump of this engine in a backup.
+	Extension string
+	// Port is the engine's port on the pod's loopback.
+	Port int
+}
+
+var engines = map[string]Engine{
+	MongoDB:    {Name: MongoDB, Component: "mongodb", Container: "mongodb", Extension: ".archive.gz", Port: 27017},
+	PostgreSQL: {Name: PostgreSQL, Component: "postgresql", Container: "postgresql", Extension: ".pgdump", Port: 5432},
+	RabbitMQ:   {Name: RabbitMQ, Component: "rabbitmq", Container: "rabbitmq", Extension: ".json"},
+	Redis:      {Name: Redis, Component: "redis", Container: "redis", Extension: ".rdb", Port: 6379},
+}
+
+// Get returns the named engine.
+func Get(name string) (Engine, error) {
+	e, ok := engines[name]
+	if !ok {
+		return Engine{}, fmt.Errorf("onprem cannot dump a %q database (it dumps %s)", name, strings.Join(Names(), ", "))
+	}
+	return e, nil
+}
+
+// Names lists the engines.
+func Names() []string {
+	var out []string
+	for n := range engines {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// address is the engine's host and port as the scripts see them.
+func (e Engine) address() string {
+	return fmt.Sprintf(`host="${ONPREM_DB_HOST:-127.0.0.1}"; port="${ONPREM_DB_PORT:-%d}"`, e.Port)
+}
+
+// mongoAuth writes the root password into a private temporary file that
+// mongodump/mongorestore read with --config, removed at exit.
+const mongoAuth = `cfg="$(mktemp)"; trap 'rm -f "$cfg"' EXIT
+printf 'password: "%s"\n' "$MONGO_INITDB_ROOT_PASSWORD" > "$cfg"
+`
+
+// script returns sh -c SCRIPT with positional arguments.
+func script(body string, args ...string) []string {
+	return append([]string{"sh", "-c", "set -eu\n" + body, "onprem"}, args...)
+}
+
+// DumpCommand returns the command that writes a logical dump of database
+// db to its standard output.
+func DumpCommand(engine, db string) ([]string, error) {
+	if err := checkDatabase(db); err != nil {
+		return nil, err
+	}
+	e, err := Get(engine)
+	if err != nil {
+		return nil, err
+	}
+	switch engine {
+	case MongoDB:
+		return script(e.address()+"\n"+mongoAuth+
+			`mongodump --host "$host" --port "$port" --username "$MONGO_INITDB_ROOT_USERNAME" --authenticationDatabase admin \
+  --config "$cfg" --db "$1" --gzip --archive --quiet
+`, db), nil
+	case PostgreSQL:
+		return script(e.address()+"\n"+
+			`PGPASSWORD="$POSTGRES_PASSWORD" exec pg_dump --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
+  --dbname="$1" --format=custom
+`, db), nil
+	}
+	return nil, fmt.Errorf("%s has no databases to dump one by one", engine)
+}
+
+// RestoreCommand returns the command that restores database db from a dump
+// (DumpCommand's output) read on its standard input, replacing what the
+// dump holds: MongoDB drops each dumped collection before restoring it;
+// PostgreSQL drops and recreates each dumped object in one transaction,
+// so a restore that fails changes nothing.
+func RestoreCommand(engine, db string) ([]string, error) {
+	if err := checkDatabase(db); err != nil {
+		return nil, err
+	}
+	e, err := Get(engine)
+	if err != nil {
+		return nil, err
+	}
+	switch engine {
+	case MongoDB:
+		return script(e.address()+"\n"+mongoAuth+
+			`mongorestore --host "$host" --port "$port" --username "$MONGO_INITDB_ROOT_USERNAME" --authenticationDatabase admin \
+  --config "$cfg" --nsInclude "$1.*" --drop --gzip --archive --quiet
+`, db), nil
+	case PostgreSQL:
+		return script(e.address()+"\n"+
+			`PGPASSWORD="$POSTGRES_PASSWORD" exec pg_restore --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
+  --dbname="$1" --clean --if-exists --single-transaction --exit-on-error
+`, db), nil
+	}
+	return nil, fmt.Errorf("%s has no databases to restore one by one", engine)
+}
+
+// ExportDefinitions writes RabbitMQ's definitions (JSON) to its standard
+// output.
+func ExportDefinitions() []string {
+	return script(`exec rabbitmqctl export_definitions - --silent`)
+}
+
+// ImportDefinitions imports RabbitMQ's definitions read on its standard
+// input (a file of the container's temporary folder in between, which
+// rabbitmqctl reads).
+func ImportDefinitions() []string {
+	return script(`f="$(mktemp)"; trap 'rm -f "$f"' EXIT
+cat > "$f"
+rabbitmqctl import_definitions "$f" --silent
+`)
+}
+
+// RedisSnapshot writes a snapshot of Redis (an RDB file) to its standard
+// output.
+func RedisSnapshot() []string {
+	e := engines[Redis]
+	return script(e.address()+"\n"+`f="$(mktemp -d)/dump.rdb"; trap 'rm -rf "$(dirname "$f")"' EXIT
+redis-cli -h "$host" -p "$port" --no-auth-warning --rdb "$f" >&2
+cat "$f"
+`)
+}
+
+// RedisStage writes the snapshot read on standard input beside Redis's
+// data, as /data/onprem-restore.rdb.
+func RedisStage() []string {
+	return script(`cat > /data/onprem-restore.rdb.tmp && mv /data/onprem-restore.rdb.tmp /data/onprem-restore.rdb`)
+}
+
+// RedisSwap replaces Redis's data with the staged snapshot and stops the
+// server without saving; the kubelet starts it again, and it loads the
+// snapshot (with no append-only file left, Redis loads dump.rdb and
+// writes a new append-only file from it).
+func RedisSwap() []string {
+	e := engines[Redis]
+	return script(e.address()+"\n"+`test -s /data/onprem-restore.rdb
+rm -rf /data/appendonlydir /data/appendonly.aof
+mv /data/onprem-restore.rdb /data/dump.rdb
+redis-cli -h "$host" -p "$port" --no-auth-warning shutdown nosave >/dev/null 2>&1 || true
+`)
+}
+
+// checkDatabase refuses names that are not a platform database's
+// (credentials.DatabaseName: letters, digits, underscores).
+func checkDatabase(db string) error {
+	if db == "" || len(db) > 63 {
+		return fmt.Errorf("database name %q: empty or too long", db)
+	}
+	for _, r := range db {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return fmt.Errorf("database name %q: only letters, digits and underscores", db)
+		}
+	}
+	return nil
+}
+
+// NotRunningError: the engine's pod is not there or not ready.
+type NotRunningError struct {
+	Engine, Namespace, Reason string
+}
+
+func (e *NotRunningError) Error() string {
+	return fmt.Sprintf("%s is not running in namespace %s (%s): 'onprem status' shows why; it must be ready to be backed up or restored",
+		e.Engine, e.Namespace, e.Reason)
+}
+
+// Pod returns where engine runs in namespace: the first ready pod (by
+// name) of its component's StatefulSet, container Engine.Container.
+func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) (podexec.Target, error) {
+	e, err := Get(engine)
+	if err != nil {
+		return podexec.Target{}, err
+	}
+	sets, err := c.AppsV1().StatefulSets(namespace).List(ctx, metav1.ListOptions{LabelSelector: componentLabel + "=" + e.Component})
+	if err != nil {
+		return podexec.Target{}, fmt.Errorf("finding %s's pod: %w", engine, err)
+	}
+	if len(sets.Items) == 0 {
+		return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no StatefulSet of component " + e.Component}
+	}
+	sel, err := metav1.LabelSelectorAsSelector(sets.Items[0].Spec.Selector)
+	if err != nil {
+		return podexec.Target{}, fmt.Errorf("finding %s's pod: %w", engine, err)
+	}
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return podexec.Target{}, fmt.Errorf("finding %s's pod: %w", engine, err)
+	}
+	if len(pods.Items) == 0 {
+		return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no pod"}
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && ready(&p) {
+			return podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container}, nil
+		}
+	}
+	return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "pod " + pods.Items[0].Name + " is not ready"}
+}
+
+func ready(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
