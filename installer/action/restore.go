@@ -150,7 +150,9 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 	if progress == nil {
 		progress = func(backup.Progress) {}
 	}
-	phase := func(msg string) { progress(backup.Progress{Item: "restore", Phase: backup.PhaseProgress, Message: msg}) }
+	phase := func(msg string) {
+		progress(backup.Progress{Item: "restore", Phase: backup.PhaseProgress, Message: msg})
+	}
 	ids, err := r.Keys.DecryptWith()
 	if err != nil {
 		return nil, inputErr(err)

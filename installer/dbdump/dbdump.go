@@ -171,7 +171,7 @@ rabbitmqctl import_definitions "$f" --silent
 // output.
 func RedisSnapshot() []string {
 	e := engines[Redis]
-	return script(e.address()+"\n"+`f="$(mktemp -d)/dump.rdb"; trap 'rm -rf "$(dirname "$f")"' EXIT
+	return script(e.address() + "\n" + `f="$(mktemp -d)/dump.rdb"; trap 'rm -rf "$(dirname "$f")"' EXIT
 redis-cli -h "$host" -p "$port" --no-auth-warning --rdb "$f" >&2
 cat "$f"
 `)
@@ -189,7 +189,7 @@ func RedisStage() []string {
 // writes a new append-only file from it).
 func RedisSwap() []string {
 	e := engines[Redis]
-	return script(e.address()+"\n"+`test -s /data/onprem-restore.rdb
+	return script(e.address() + "\n" + `test -s /data/onprem-restore.rdb
 rm -rf /data/appendonlydir /data/appendonly.aof
 mv /data/onprem-restore.rdb /data/dump.rdb
 redis-cli -h "$host" -p "$port" --no-auth-warning shutdown nosave >/dev/null 2>&1 || true

@@ -27,7 +27,9 @@ type Target struct {
 	Namespace, Pod, Container string
 }
 
-func (t Target) String() string { return t.Namespace + "/" + t.Pod + " (container " + t.Container + ")" }
+func (t Target) String() string {
+	return t.Namespace + "/" + t.Pod + " (container " + t.Container + ")"
+}
 
 // Executor runs cmd in the target container, feeding it stdin (nil: none)
 // and copying its standard output to stdout.
