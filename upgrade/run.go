@@ -59,6 +59,10 @@ type RunOptions struct {
 	// (one line each). Both may be nil.
 	Reporter apply.Reporter
 	Progress io.Writer
+	// Archive, when set, writes a backup of the whole platform before each
+	// step changes anything (spec.backup: to the bucket); a step whose
+	// backup fails is not started.
+	Archive func(ctx context.Context, sp *StepPlan) (*state.BackupRecord, error)
 }
 
 // Result is what an upgrade did.
@@ -211,7 +215,7 @@ func runStep(ctx context.Context, o RunOptions, sp *StepPlan) (StepResult, error
 	if old := interrupted(o.State, sp.From, sp.To); old != nil {
 		// Resume: roll back to what was there before the first attempt,
 		// not to what the interrupted one left half done.
-		rec.Before = old.Before
+		rec.Before, rec.Archive = old.Before, old.Archive
 		old.Outcome, old.Message = state.OutcomeFailed, "interrupted; resumed by operation "+o.State.Current().ID
 		fmt.Fprintf(o.Progress, "  resuming the step an earlier upgrade left unfinished (phase %s)\n", old.Phase)
 	} else {
@@ -241,6 +245,21 @@ func runStep(ctx context.Context, o RunOptions, sp *StepPlan) (StepResult, error
 		}
 		sr.Step = *rec
 		return sr, err
+	}
+
+	// The whole platform's backup, before anything changes (kept from an
+	// interrupted attempt, which changed nothing before it was written).
+	if o.Archive != nil && rec.Archive == nil {
+		fmt.Fprintf(o.Progress, "  backing up the platform before the step\n")
+		b, err := o.Archive(ctx, sp)
+		if err != nil {
+			return finish(fmt.Errorf("backing up the platform before step %s → %s (nothing was changed): %w", sp.From, sp.To, err))
+		}
+		rec.Archive = b
+		fmt.Fprintf(o.Progress, "  backup %s written to %s\n", b.Name, b.Where)
+		if err := save(ctx, o, rec); err != nil {
+			return finish(err)
+		}
 	}
 
 	// Backups and migrations, in the release's order.

@@ -11,6 +11,46 @@ import (
 	"onprem.dev/onprem/installer/state"
 )
 
+// printBackupStatus says when the platform was last backed up, and why the
+// newest scheduled backup failed.
+func printBackupStatus(w io.Writer, b *action.BackupStatus) {
+	if b == nil {
+		fmt.Fprintln(w, "backups: none recorded and none scheduled (see 'onprem backup --help' and spec.backup)")
+		return
+	}
+	if b.Schedule != "" {
+		tz := ""
+		if b.TimeZone != "" {
+			tz = " (" + b.TimeZone + ")"
+		}
+		fmt.Fprintf(w, "backups: scheduled %q%s", b.Schedule, tz)
+		if b.LastSuccessful != nil {
+			fmt.Fprintf(w, ", last success %s", b.LastSuccessful.Format(timeFormat))
+		}
+		if b.Running {
+			fmt.Fprint(w, ", one running now")
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "backups: none scheduled (spec.backup.schedule)")
+	}
+	if op := b.Last; op != nil {
+		what := ""
+		if bk := op.Backup; bk != nil {
+			what = fmt.Sprintf(" %s at %s (%s)", bk.Name, bk.Where, bk.Trigger)
+		}
+		fmt.Fprintf(w, "  last backup:%s %s at %s\n", what, op.Outcome, op.Started.Format(timeFormat))
+		if op.Outcome == state.OutcomeFailed && op.Message != "" {
+			fmt.Fprintf(w, "    %s\n", op.Message)
+		}
+	}
+	if b.Failed != "" {
+		fmt.Fprintf(w, "  the newest scheduled backup FAILED: %s\n", b.Failed)
+	}
+}
+
+const timeFormat = "2006-01-02 15:04:05 MST"
+
 func newStatusCmd() *cobra.Command {
 	a := &action.Status{}
 	var format string
@@ -19,7 +59,9 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show what is installed: version, components, readiness, last operation",
 		Long: `Show the installation recorded in the cluster: the platform version, each
 component's Helm release and revision, its ready and desired replicas, the
-last error, and the last operation (who ran what, when, and how it ended).
+last error, the last operation (who ran what, when, and how it ended), and
+the backups: their schedule (spec.backup), the newest backup, and why the
+newest scheduled one failed if it did.
 Reads the cluster only; works from any machine with access.`,
 		Example: `  onprem status
   onprem status --namespace ci-platform -o json`,
@@ -50,6 +92,7 @@ Reads the cluster only; works from any machine with access.`,
 						fmt.Fprintf(w, "  %s\n", op.Message)
 					}
 				}
+				printBackupStatus(w, res.Backups)
 			})
 		},
 	}

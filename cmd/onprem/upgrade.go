@@ -188,6 +188,8 @@ It takes the installation's lock, runs the preflight checks against the
 target (nothing is touched if one fails), then for each step of the path
 (see 'onprem upgrade plan'):
 
+  0. with spec.backup, writes a backup of the whole platform to its bucket
+     ('onprem backup --help'; --skip-backup leaves it out),
   1. backs up what the step's migrations touch (mongodump / pg_dump as Jobs,
      written to the claim onprem-backups; the path is recorded in the state),
   2. runs the migrations as Jobs, in order,
@@ -221,6 +223,7 @@ unreachable.`,
 			a.Preflight = printPreflightSummary(stderr)
 			a.Reporter = apply.NewLineReporter(stderr)
 			a.Progress = func(line string) { fmt.Fprintln(stderr, line) }
+			a.BackupProgress = backupProgress(stderr)
 			res, err := a.Run(cmd.Context())
 			if res != nil {
 				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printUpgrade(w, res) }); werr != nil {
@@ -235,6 +238,7 @@ unreachable.`,
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready (and each rollback)")
 	cmd.Flags().StringVar(&a.BackupSize, "backup-size", upgrade.DefaultBackupSize, "size of the backup claim onprem-backups when it is first created")
+	cmd.Flags().BoolVar(&a.SkipBackup, "skip-backup", false, "do not write the backup of the whole platform that spec.backup asks for before each step")
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd

@@ -210,7 +210,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	st.ConfigDigest = digest
 	// Backups carry the configuration that made the platform (with its
 	// overlay folders), so a restore can make it again anywhere.
-	if err := backup.StoreConfig(ctx, cl.Client, res.Namespace, in); err != nil {
+	if err := backup.StoreConfig(ctx, cl.Client, res.Namespace, in, secretNames(res)); err != nil {
 		if ferr := finish(state.OutcomeFailed, err.Error()); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
@@ -220,6 +220,15 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// secretNames lists the Secrets the installer generates for res.
+func secretNames(res *render.Result) []string {
+	names := make([]string, 0, len(res.Secrets))
+	for _, s := range res.Secrets {
+		names = append(names, s.Name)
+	}
+	return names
 }
 
 func componentNames(res *render.Result) []string {

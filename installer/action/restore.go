@@ -326,7 +326,7 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 	if digest, err := in.Digest(); err == nil {
 		h.st.ConfigDigest = digest
 	}
-	if err := backup.StoreConfig(lctx, cl.Client, ns, in); err != nil {
+	if err := backup.StoreConfig(lctx, cl.Client, ns, in, secretNames(res)); err != nil {
 		return fail(err)
 	}
 	msg := fmt.Sprintf("restored %s (platform %s, made %s): %d databases", name, m.Version, m.Created.Format(time.RFC3339), len(out.Databases))

@@ -79,6 +79,8 @@ type StatusResult struct {
 	ConfigDigest  string            `json:"configDigest,omitempty"`
 	Components    []ComponentStatus `json:"components"`
 	LastOperation *state.Operation  `json:"lastOperation,omitempty"`
+	// Backups are the scheduled backups and the newest backup.
+	Backups *BackupStatus `json:"backups,omitempty"`
 }
 
 // Run reads the state record, the Helm releases and the workloads.
@@ -120,6 +122,9 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 			cs.LastError = "reading workloads: " + err.Error()
 		}
 		out.Components = append(out.Components, cs)
+	}
+	if out.Backups, err = backupStatus(ctx, cl.Client, ns, st); err != nil {
+		return out, err
 	}
 	return out, nil
 }

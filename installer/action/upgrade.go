@@ -2,16 +2,22 @@ package action
 
 import (
 	"context"
+
 	"errors"
 	"fmt"
 	"io/fs"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"os"
 	"strings"
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/backup"
+	"onprem.dev/onprem/installer/backupfile"
+	"onprem.dev/onprem/installer/backupstore"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/secrets"
@@ -211,6 +217,13 @@ type UpgradeApply struct {
 	// Progress receives one line per step and task (may be nil).
 	Progress  func(string)
 	Preflight func(*preflight.Report)
+	// SkipBackup does not write the backup spec.backup asks for before
+	// each step.
+	SkipBackup bool
+	// BackupProgress receives the progress of those backups (may be nil);
+	// Exec runs their dump tools (default: in the pods).
+	BackupProgress func(backup.Progress)
+	Exec           podexec.Executor
 }
 
 // UpgradeResult is what an upgrade did.
@@ -285,8 +298,16 @@ func (u *UpgradeApply) Run(ctx context.Context) (*UpgradeResult, error) {
 	if u.Progress != nil {
 		progress = u.Progress
 	}
+	archive, err := u.archive(ctx, p)
+	if err != nil {
+		if ferr := p.store.Finish(context.WithoutCancel(ctx), p.st, state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return out, err
+	}
 	res, rerr := upgrade.Run(ctx, upgrade.RunOptions{
-		Plan: p.plan, Client: p.cl.Client, Getter: p.cl.Getter, Store: p.store, State: p.st,
+		Archive: archive,
+		Plan:    p.plan, Client: p.cl.Client, Getter: p.cl.Getter, Store: p.store, State: p.st,
 		Concurrency: u.Concurrency, Timeout: u.Timeout, Reporter: u.Reporter, Progress: progress,
 		StorageClass: in.Spec.Storage.ClassName, BackupSize: u.BackupSize,
 		Secrets: func(ctx context.Context, res *render.Result) error {
@@ -311,7 +332,7 @@ func (u *UpgradeApply) Run(ctx context.Context) (*UpgradeResult, error) {
 	// (--to may differ from the file's spec.version).
 	upgraded := *in
 	upgraded.Spec.Version = p.plan.To
-	if err := backup.StoreConfig(ctx, p.cl.Client, p.st.Namespace, &upgraded); err != nil {
+	if err := backup.StoreConfig(ctx, p.cl.Client, p.st.Namespace, &upgraded, secretNames(last.Result)); err != nil {
 		if ferr := p.store.Finish(context.WithoutCancel(ctx), p.st, state.OutcomeFailed, err.Error()); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
@@ -322,6 +343,52 @@ func (u *UpgradeApply) Run(ctx context.Context) (*UpgradeResult, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// archive returns the backup each step writes first when spec.backup says
+// so (to its bucket, encrypted to its recipients), or nil.
+func (u *UpgradeApply) archive(ctx context.Context, p *planned) (func(context.Context, *upgrade.StepPlan) (*state.BackupRecord, error), error) {
+	b := p.loaded.Installation.Spec.Backup
+	if !b.BeforeUpgrades() || u.SkipBackup {
+		return nil, nil
+	}
+	dest := BackupDestination{To: "s3://" + b.S3.Bucket + "/" + b.S3.Prefix, S3CredentialsSecret: b.S3.CredentialsSecret,
+		S3: backupstore.S3Options{Endpoint: b.S3.Endpoint, Region: b.S3.Region}}
+	if b.S3.CASecret != "" {
+		sec, err := p.cl.Client.CoreV1().Secrets(p.st.Namespace).Get(ctx, b.S3.CASecret, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("spec.backup.s3.caSecret: reading Secret %s/%s: %w", p.st.Namespace, b.S3.CASecret, err)
+		}
+		dest.S3.CAPEM = sec.Data["ca.crt"]
+	}
+	store, err := dest.open(ctx, p.cl, p.st.Namespace)
+	if err != nil {
+		return nil, fmt.Errorf("spec.backup: %w", err)
+	}
+	recipients, err := backupfile.Keys{Recipients: b.Recipients}.EncryptTo()
+	if err != nil {
+		return nil, inputErr(fmt.Errorf("spec.backup.recipients: %w", err))
+	}
+	dyn, err := dynamic.NewForConfig(p.cl.Config)
+	if err != nil {
+		return nil, err
+	}
+	ex := u.Exec
+	if ex == nil {
+		ex = podexec.Kube{Config: p.cl.Config, Client: p.cl.Client}
+	}
+	return func(ctx context.Context, sp *upgrade.StepPlan) (*state.BackupRecord, error) {
+		res, err := backup.Create(ctx, backup.CreateOptions{
+			Client: p.cl.Client, Dynamic: dyn, Exec: ex, Namespace: p.st.Namespace, State: p.st,
+			Recipients: recipients, Store: store, Trigger: backupfile.TriggerUpgrade, IncludeRedis: b.IncludeRedis,
+			BetweenSteps: true, Progress: u.BackupProgress,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &state.BackupRecord{Name: res.Name, Where: res.Where, Trigger: backupfile.TriggerUpgrade, Size: res.Size,
+			Databases: len(res.Manifest.Databases()), Version: res.Manifest.Version}, nil
+	}, nil
 }
 
 // Rollback undoes the last upgrade step on request: every component the

@@ -80,6 +80,8 @@ type Registrations struct {
 	// ManagedClusters are the managed clusters' names, by runtime (their
 	// Secrets are in the Secrets entry).
 	ManagedClusters map[string][]string `json:"managedClusters,omitempty"`
+	// NotCollected says what the backup could not read (and why).
+	NotCollected []string `json:"notCollected,omitempty"`
 }
 
 // OnPlatformCluster reports whether a runner or runtime record is on the
@@ -114,8 +116,9 @@ type database struct {
 // registrations and the list of databases.
 func collect(ctx context.Context, c kubernetes.Interface, dyn dynamic.Interface, ns string, st *state.State, config map[string][]byte) (*collected, error) {
 	out := &collected{databases: map[string][]database{}}
+	cfgSecret, cfgErr := c.CoreV1().Secrets(ns).Get(ctx, ConfigSecret, metav1.GetOptions{})
 	if len(config) == 0 {
-		sec, err := c.CoreV1().Secrets(ns).Get(ctx, ConfigSecret, metav1.GetOptions{})
+		sec, err := cfgSecret, cfgErr
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("the platform's configuration is not in the cluster (Secret %s/%s, written by 'onprem install' and 'onprem upgrade apply' of this onprem): run 'onprem install -c onprem.yaml' once, or give the configuration to the backup (-c onprem.yaml)", ns, ConfigSecret)
@@ -134,11 +137,11 @@ func collect(ctx context.Context, c kubernetes.Interface, dyn dynamic.Interface,
 	}
 	out.state = data
 
-	list, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: secrets.LabelGenerated + "=true"})
+	generated, err := generatedSecrets(ctx, c, ns, cfgSecret)
 	if err != nil {
-		return nil, fmt.Errorf("listing the generated Secrets of %s: %w", ns, err)
+		return nil, err
 	}
-	for _, s := range list.Items {
+	for _, s := range generated {
 		out.secrets = append(out.secrets, save(&s))
 		for _, engine := range []string{dbdump.MongoDB, dbdump.PostgreSQL} {
 			svc, ok := strings.CutSuffix(strings.TrimPrefix(s.Name, "onprem-"), "-"+engine)
@@ -159,6 +162,10 @@ func collect(ctx context.Context, c kubernetes.Interface, dyn dynamic.Interface,
 			continue
 		}
 		apps, err := dyn.Resource(applications).Namespace(rt.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelGitSource})
+		if apierrors.IsForbidden(err) {
+			r.NotCollected = append(r.NotCollected, fmt.Sprintf("runtime %s: its Git sources and managed clusters (this backup may not read namespace %s; an operator's 'onprem backup create' does)", name, rt.Namespace))
+			continue
+		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("runtime %s: listing its Git sources: %w", name, err)
 		}
@@ -185,6 +192,41 @@ func collect(ctx context.Context, c kubernetes.Interface, dyn dynamic.Interface,
 	out.registrations = r
 	return out, nil
 }
+
+// generatedSecrets returns the Secrets onprem generated in ns: listed by
+// label, or, where listing Secrets is not allowed (the scheduled backup's
+// Role names each Secret it may read), read one by one by the names the
+// configuration Secret keeps, with the runners' registrations.
+func generatedSecrets(ctx context.Context, c kubernetes.Interface, ns string, cfgSecret *corev1.Secret) ([]corev1.Secret, error) {
+	list, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: secrets.LabelGenerated + "=true"})
+	if err == nil {
+		return list.Items, nil
+	}
+	if !apierrors.IsForbidden(err) || cfgSecret == nil {
+		return nil, fmt.Errorf("listing the generated Secrets of %s: %w", ns, err)
+	}
+	names := append(strings.Split(cfgSecret.Annotations[GeneratedSecretsAnnotation], ","), runnerRegistrations)
+	var out []corev1.Secret
+	for _, n := range names {
+		if n == "" {
+			continue
+		}
+		s, err := c.CoreV1().Secrets(ns).Get(ctx, n, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading Secret %s/%s: %w", ns, n, err)
+		}
+		if s.Labels[secrets.LabelGenerated] == "true" {
+			out = append(out, *s)
+		}
+	}
+	return out, nil
+}
+
+// runnerRegistrations is installer/runner's Registrations Secret.
+const runnerRegistrations = "onprem-runner-tokens"
 
 func save(s *corev1.Secret) SavedSecret {
 	return SavedSecret{Namespace: s.Namespace, Name: s.Name, Type: s.Type, Labels: s.Labels, Annotations: s.Annotations, Data: s.Data}

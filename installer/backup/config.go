@@ -83,28 +83,40 @@ func PackConfig(in *config.Installation) (map[string][]byte, error) {
 	return out, nil
 }
 
+// GeneratedSecretsAnnotation on ConfigSecret lists, comma separated, the
+// Secrets the installer generates for the configuration: a backup that may
+// not list Secrets (the scheduled one, whose Role names each Secret it may
+// read) gets them one by one.
+const GeneratedSecretsAnnotation = "onprem.dev/generated-secrets"
+
 // StoreConfig keeps the effective configuration in the platform namespace
-// (ConfigSecret), for backups.
-func StoreConfig(ctx context.Context, c kubernetes.Interface, ns string, in *config.Installation) error {
+// (ConfigSecret), with the names of its generated Secrets, for backups.
+func StoreConfig(ctx context.Context, c kubernetes.Interface, ns string, in *config.Installation, generated []string) error {
 	data, err := PackConfig(in)
 	if err != nil {
 		return err
 	}
+	names := strings.Join(generated, ",")
 	api := c.CoreV1().Secrets(ns)
 	cur, err := api.Get(ctx, ConfigSecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = api.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: ConfigSecret, Namespace: ns,
-				Labels:      map[string]string{state.ManagedByLabel: state.ManagedBy},
-				Annotations: map[string]string{"onprem.dev/purpose": "the effective onprem.yaml of the last install or upgrade, for backups (no secret value)"}},
+				Labels: map[string]string{state.ManagedByLabel: state.ManagedBy},
+				Annotations: map[string]string{"onprem.dev/purpose": "the effective onprem.yaml of the last install or upgrade, for backups (no secret value)",
+					GeneratedSecretsAnnotation: names}},
 			Type: corev1.SecretTypeOpaque, Data: data,
 		}, metav1.CreateOptions{FieldManager: state.ManagedBy})
 	} else if err == nil {
-		if sameData(cur.Data, data) {
+		if sameData(cur.Data, data) && cur.Annotations[GeneratedSecretsAnnotation] == names {
 			return nil
 		}
 		upd := cur.DeepCopy()
 		upd.Data = data
+		if upd.Annotations == nil {
+			upd.Annotations = map[string]string{}
+		}
+		upd.Annotations[GeneratedSecretsAnnotation] = names
 		_, err = api.Update(ctx, upd, metav1.UpdateOptions{FieldManager: state.ManagedBy})
 	}
 	if err != nil {

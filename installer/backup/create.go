@@ -73,6 +73,10 @@ type CreateOptions struct {
 	Trigger      string
 	IncludeRedis bool
 	Progress     func(Progress)
+	// BetweenSteps is set by an upgrade that backs the platform up between
+	// two of its steps: its own operation is running, and the platform is
+	// whole at State.Version.
+	BetweenSteps bool
 }
 
 // Result is what a backup wrote.
@@ -96,7 +100,7 @@ func Create(ctx context.Context, o CreateOptions) (res *Result, err error) {
 	if st == nil || st.Version == "" {
 		return nil, fmt.Errorf("no platform is installed in namespace %s: nothing to back up", o.Namespace)
 	}
-	if run := st.Running(); run != nil && run.Kind != state.KindBackup {
+	if run := st.Running(); run != nil && run.Kind != state.KindBackup && !o.BetweenSteps {
 		return nil, fmt.Errorf("operation %s (%s, started %s) did not finish: a backup now would hold a platform halfway through it; finish it first (run the same command again, or 'onprem rollback')",
 			run.ID, run.Kind, run.Started.Format(time.RFC3339))
 	}

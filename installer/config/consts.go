@@ -25,14 +25,16 @@ const (
 
 // Defaults that SetDefaults applies.
 const (
-	DefaultName               = "onprem"
-	DefaultNamespace          = "onprem"
-	DefaultProfile            = ProfileSmall
-	DefaultTLSMode            = TLSModeSelfSigned
-	DefaultIngressMode        = IngressModeInstall
-	DefaultIngressClassName   = "onprem"
-	DefaultServiceType        = ServiceTypeLoadBalancer
-	DefaultPlatformImages     = "quay.io/codefresh"
+	DefaultName             = "onprem"
+	DefaultNamespace        = "onprem"
+	DefaultProfile          = ProfileSmall
+	DefaultTLSMode          = TLSModeSelfSigned
+	DefaultIngressMode      = IngressModeInstall
+	DefaultIngressClassName = "onprem"
+	DefaultServiceType      = ServiceTypeLoadBalancer
+	DefaultPlatformImages   = "quay.io/codefresh"
+	// DefaultBackupKeep is how many scheduled backups the bucket keeps.
+	DefaultBackupKeep         = 7
 	DefaultDatabaseMode       = DatabaseModeInternal
 	DefaultRunnerConcurrency  = 4
 	DefaultRuntimeName        = "codefresh"

@@ -27,6 +27,10 @@ func SetDefaults(in *Installation) {
 
 	setString(&s.Images.Platform, DefaultPlatformImages)
 
+	if s.Backup.Schedule != "" && s.Backup.Keep == 0 {
+		s.Backup.Keep = DefaultBackupKeep
+	}
+
 	setBool(&s.Modules.Pipelines.Enabled, true)
 	setBool(&s.Modules.GitOps.Enabled, true)
 	setBool(&s.Legacy.NATS.Enabled, false)

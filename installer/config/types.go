@@ -48,6 +48,8 @@ type Spec struct {
 	Placement Placement `json:"placement,omitempty" doc:"Node selector and tolerations for every platform pod."`
 	Proxy     Proxy     `json:"proxy,omitempty" env:",prefix=PROXY_" doc:"HTTP proxy settings given to every platform container."`
 
+	Backup Backup `json:"backup,omitempty" doc:"Scheduled backups of the platform to an S3-compatible bucket, and the backups 'onprem upgrade apply' writes there before each step ('onprem backup --help')."`
+
 	Runners       []Runner      `json:"runners,omitempty" doc:"Build runners to install and register with the platform."`
 	Runtimes      []Runtime     `json:"runtimes,omitempty" doc:"Argo-based GitOps runtimes to install."`
 	RuntimeConfig RuntimeConfig `json:"runtimeConfig,omitempty" doc:"Configuration shared by all GitOps runtimes."`
@@ -219,4 +221,39 @@ type ManagedCluster struct {
 type RuntimeConfig struct {
 	Repository    GitRepository `json:"repository,omitempty" doc:"The shared configuration repository of all runtimes."`
 	ConfigRuntime string        `json:"configRuntime,omitempty" doc:"Runtime that holds the configuration (resources/configuration). Default: the first runtime."`
+}
+
+// Backup schedules backups of the platform (installer/backup) to a bucket.
+type Backup struct {
+	Schedule string `json:"schedule,omitempty" doc:"When to back up, in cron syntax, e.g. \"0 2 * * *\" (every day at 02:00) or @daily. Empty: no scheduled backup. onprem install creates a CronJob that runs onprem itself in the cluster."`
+	TimeZone string `json:"timeZone,omitempty" doc:"IANA time zone of the schedule, e.g. Europe/Berlin. Default: the cluster's (kube-controller-manager's)."`
+	S3       BackupS3 `json:"s3,omitempty" doc:"The bucket the backups go to."`
+	// Recipients are age public keys.
+	Recipients   []string `json:"recipients,omitempty" doc:"Public keys the backups are encrypted to (age1pq1... or age1..., from 'onprem backup keygen'). The private key stays off the cluster: whoever holds it can read every backup."`
+	Keep         int      `json:"keep,omitempty" doc:"How many backups of this installation the bucket keeps; the oldest are deleted after each scheduled backup. Default: 7."`
+	IncludeRedis bool     `json:"includeRedis,omitempty" doc:"Also back up Redis's data (the platform uses Redis as a cache)."`
+	Upgrades     *bool    `json:"upgrades,omitempty" doc:"'onprem upgrade apply' writes a backup of the whole platform to the bucket before each step. Default: true when the bucket and recipients are set."`
+}
+
+// BackupS3 is a bucket of an S3-compatible server.
+type BackupS3 struct {
+	Endpoint          string `json:"endpoint,omitempty" doc:"The server's URL, https://HOST[:PORT] (http:// for a lab server only)."`
+	Bucket            string `json:"bucket,omitempty" doc:"The bucket; it must exist (onprem never creates buckets)."`
+	Prefix            string `json:"prefix,omitempty" doc:"Folder of the bucket the backups go under, e.g. onprem/prod."`
+	Region            string `json:"region,omitempty" doc:"The bucket's region, when the server wants one."`
+	CredentialsSecret string `json:"credentialsSecret,omitempty" doc:"Secret of the platform namespace with the keys accessKeyID and secretAccessKey, which you create (kubectl create secret generic NAME --from-literal=...)."`
+	CASecret          string `json:"caSecret,omitempty" doc:"Secret of the platform namespace whose key ca.crt holds the CA (PEM) of the server's certificate, when a private CA signed it."`
+}
+
+// Configured reports whether the bucket is set (backups can be written to
+// it).
+func (b Backup) Configured() bool { return b.S3.Bucket != "" && len(b.Recipients) > 0 }
+
+// BeforeUpgrades reports whether 'onprem upgrade apply' writes a backup to
+// the bucket before each step.
+func (b Backup) BeforeUpgrades() bool {
+	if b.Upgrades == nil {
+		return b.Configured()
+	}
+	return *b.Upgrades && b.Configured()
 }

@@ -44,6 +44,7 @@ func Validate(in *Installation, src *Source, opts ValidateOptions) error {
 	v.runners(s)
 	v.runtimes(s)
 	v.runtimeConfig(s)
+	v.backup(s)
 	return v.c.err()
 }
 

@@ -70,6 +70,17 @@ func TestValidateBadFiles(t *testing.T) {
 			`testdata/bad-workloads.yaml:28: spec.runtimeConfig.repository.url: required: the repository's clone URL, e.g. https://git.example.com/platform/gitops.git`,
 			`testdata/bad-workloads.yaml:29: spec.runtimeConfig.configRuntime: "secnd" is not one of the runtimes (valid: codefresh, second); did you mean "second"?`,
 		}},
+		{"bad-backup.yaml", []string{
+			`testdata/bad-backup.yaml:7: spec.backup.schedule: "0 2 * *" has 4 fields, a schedule has 5: minute hour day-of-month month day-of-week; e.g. "0 2 * * *" (every day at 02:00) or @daily`,
+			`testdata/bad-backup.yaml:8: spec.backup.timeZone: "Europe Berlin" is not an IANA time zone name; e.g. Europe/Berlin or UTC`,
+			`testdata/bad-backup.yaml:9: spec.backup.s3.credentialsSecret: required: a Secret of the platform namespace with the keys accessKeyID and secretAccessKey`,
+			`testdata/bad-backup.yaml:10: spec.backup.s3.endpoint: "minio.example.com:9000/backups" has no scheme (valid: an http:// or https:// URL, e.g. https://minio.example.com:9000); did you mean "https://minio.example.com:9000/backups"?`,
+			`testdata/bad-backup.yaml:11: spec.backup.s3.bucket: "Backups_Prod" is not a bucket name (3 to 63 lower-case letters, digits, dots and hyphens)`,
+			`testdata/bad-backup.yaml:12: spec.backup.s3.prefix: "/onprem": a folder of the bucket, relative, without ..; e.g. onprem/prod`,
+			`testdata/bad-backup.yaml:14: spec.backup.recipients[0]: this is a private key; give the public key (backup.pub), and keep the private key off the cluster`,
+			`testdata/bad-backup.yaml:15: spec.backup.recipients[1]: "age1notakey" is not an age public key; the content of backup.pub from 'onprem backup keygen'`,
+			`testdata/bad-backup.yaml:16: spec.backup.keep: -1: how many backups to keep cannot be negative; 0 keeps every backup`,
+		}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			in, src, err := loadTestdata(t, tc.file)

@@ -20,6 +20,8 @@ const (
 	GroupProvisioning   = "provisioning"
 	GroupPipelines      = "pipelines"
 	GroupGitOps         = "gitops"
+	// GroupBackup is the scheduled backup (spec.backup.schedule).
+	GroupBackup = "backup"
 )
 
 // Release is one platform version.

@@ -22,7 +22,7 @@ var (
 	dateRE   = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
 )
 
-var groups = []string{GroupIngress, GroupInfrastructure, GroupLegacy, GroupProvisioning, GroupPipelines, GroupGitOps}
+var groups = []string{GroupIngress, GroupInfrastructure, GroupLegacy, GroupProvisioning, GroupPipelines, GroupGitOps, GroupBackup}
 
 // Validate checks a release manifest and reports every problem at once.
 func (r *Release) Validate() error {

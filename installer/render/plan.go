@@ -78,6 +78,8 @@ func componentEnabled(in *config.Installation, c release.Component) (bool, error
 		return false, fmt.Errorf("spec.components.%s.enabled: to run without the in-cluster %s, set spec.databases.%s.mode: external", c.Name, c.Name, c.Name)
 	case release.GroupProvisioning:
 		return false, fmt.Errorf("spec.components.%s.enabled: database provisioning cannot be switched off; it runs whenever a service has its own database", c.Name)
+	case release.GroupBackup:
+		return false, fmt.Errorf("spec.components.%s.enabled: scheduled backups are switched with spec.backup.schedule", c.Name)
 	}
 	if *override.Enabled && !byGroup {
 		return false, fmt.Errorf("spec.components.%s.enabled: true, but its %s is switched off; switch the %s on instead", c.Name, groupSwitch(c.Group), groupSwitch(c.Group))
@@ -123,6 +125,8 @@ func groupEnabled(in *config.Installation, c release.Component) bool {
 		return isOn(s.Modules.Pipelines.Enabled, true)
 	case release.GroupGitOps:
 		return isOn(s.Modules.GitOps.Enabled, true)
+	case release.GroupBackup:
+		return s.Backup.Schedule != ""
 	}
 	return false
 }

@@ -27,6 +27,9 @@ import (
 // ProvisionComponent is the component that gives services their databases.
 const ProvisionComponent = "db-provision"
 
+// BackupComponent is the scheduled backup's component (spec.backup).
+const BackupComponent = "backup"
+
 // Options is what Render needs. Installation must be defaulted and valid
 // (config.Load does both).
 type Options struct {
@@ -149,6 +152,21 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		planned = dropComponent(planned, ProvisionComponent)
 	} else if v, ok := st.values[ProvisionComponent]; ok {
 		v["services"] = provision
+	}
+	if v, ok := st.values[BackupComponent]; ok {
+		// The backup may read the generated Secrets by name only.
+		var names []any
+		for _, sec := range credentials.Plan(needs(in, st.services)) {
+			names = append(names, sec.Name)
+		}
+		v["secrets"] = names
+		var pods []any
+		for _, db := range []string{"mongodb", "postgresql", "rabbitmq", "redis"} {
+			if databaseOf(in.Spec, db).Mode != "external" {
+				pods = append(pods, db+"-0")
+			}
+		}
+		v["databasePods"] = pods
 	}
 	st.planned = planned
 

@@ -132,6 +132,19 @@ func configValues(in *config.Installation, rel *release.Release, c release.Compo
 		if len(pers) > 0 {
 			v["persistence"] = pers
 		}
+	case c.Group == release.GroupBackup:
+		b := s.Backup
+		v["schedule"] = b.Schedule
+		v["timeZone"] = b.TimeZone
+		v["s3"] = map[string]any{"endpoint": b.S3.Endpoint, "bucket": b.S3.Bucket, "prefix": b.S3.Prefix, "region": b.S3.Region,
+			"credentialsSecret": b.S3.CredentialsSecret, "caSecret": b.S3.CASecret}
+		recipients := make([]any, 0, len(b.Recipients))
+		for _, r := range b.Recipients {
+			recipients = append(recipients, r)
+		}
+		v["recipients"] = recipients
+		v["keep"] = b.Keep
+		v["includeRedis"] = b.IncludeRedis
 	case c.Group == release.GroupIngress:
 		v["className"] = s.Ingress.ClassName
 		if s.Ingress.ServiceType != "" {

@@ -266,6 +266,9 @@ type Step struct {
 	// RolledBack lists the components returned to their Before revision.
 	RolledBack []string `json:"rolledBack,omitempty"`
 	Backups    []Backup `json:"backups,omitempty"`
+	// Archive is the backup of the whole platform written before the
+	// step (spec.backup).
+	Archive *BackupRecord `json:"archive,omitempty"`
 	// Migrations lists the migrations this step ran.
 	Migrations []string `json:"migrations,omitempty"`
 	Message    string   `json:"message,omitempty"`
