@@ -22,8 +22,9 @@ import (
 var (
 	// NoProbes: containers that have no liveness/readiness probes.
 	NoProbes = map[string]string{
-		"db-provision/*":     "a Job's containers run to completion; there is no server to probe",
-		TaskComponent + "/*": "backups and migrations are Jobs that run to completion",
+		"db-provision/*":       "a Job's containers run to completion; there is no server to probe",
+		TaskComponent + "/*":   "backups and migrations are Jobs that run to completion",
+		BackupComponent + "/*": "the scheduled backup is a CronJob's Job that runs to completion",
 	}
 	// WritableRoot: containers whose root filesystem must stay writable.
 	WritableRoot = map[string]string{}

@@ -210,8 +210,25 @@ func (p *postRender) relocation() (map[string]any, error) {
 
 // workloadKinds are the kinds whose pod template the placement and proxy
 // overlays change.
-var workloadKinds = []struct{ apiVersion, kind string }{
-	{"apps/v1", "Deployment"}, {"apps/v1", "StatefulSet"}, {"apps/v1", "DaemonSet"}, {"batch/v1", "Job"},
+var workloadKinds = []struct {
+	apiVersion, kind string
+	// template is the path of the pod template.
+	template []string
+}{
+	{"apps/v1", "Deployment", podTemplatePath}, {"apps/v1", "StatefulSet", podTemplatePath}, {"apps/v1", "DaemonSet", podTemplatePath},
+	{"batch/v1", "Job", podTemplatePath}, {"batch/v1", "CronJob", []string{"spec", "jobTemplate", "spec", "template"}},
+}
+
+var podTemplatePath = []string{"spec", "template"}
+
+// nested returns leaf wrapped in maps along path: nested(["a","b"], x) is
+// {"a": {"b": x}}.
+func nested(path []string, leaf any) map[string]any {
+	out := leaf
+	for i := len(path) - 1; i >= 0; i-- {
+		out = map[string]any{path[i]: out}
+	}
+	return out.(map[string]any)
 }
 
 // placement adds the node selector and tolerations to every pod template.
@@ -229,12 +246,8 @@ func (p *postRender) placement() map[string]any {
 	}
 	var patches []any
 	for _, w := range workloadKinds {
-		patch := map[string]any{
-			"apiVersion": w.apiVersion,
-			"kind":       w.kind,
-			"metadata":   map[string]any{"name": "placement"},
-			"spec":       map[string]any{"template": map[string]any{"spec": podSpec}},
-		}
+		patch := nested(w.template, map[string]any{"spec": podSpec})
+		patch["apiVersion"], patch["kind"], patch["metadata"] = w.apiVersion, w.kind, map[string]any{"name": "placement"}
 		b, _ := yaml.Marshal(patch)
 		patches = append(patches, map[string]any{
 			"target": map[string]any{"kind": w.kind},
@@ -273,18 +286,18 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 
 	var patches []any
 	for _, u := range objs {
-		var isWorkload bool
+		var template []string
 		for _, w := range workloadKinds {
 			if u.GetKind() == w.kind && u.GetAPIVersion() == w.apiVersion {
-				isWorkload = true
+				template = w.template
 			}
 		}
-		if !isWorkload {
+		if template == nil {
 			continue
 		}
 		podSpec := map[string]any{}
 		for _, field := range []string{"containers", "initContainers"} {
-			cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", field)
+			cs, _, _ := unstructured.NestedSlice(u.Object, append(append([]string{}, template...), "spec", field)...)
 			var patched []any
 			for _, c := range cs {
 				cm, _ := c.(map[string]any)
@@ -301,12 +314,8 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 		if len(podSpec) == 0 {
 			continue
 		}
-		patch := map[string]any{
-			"apiVersion": u.GetAPIVersion(),
-			"kind":       u.GetKind(),
-			"metadata":   map[string]any{"name": u.GetName()},
-			"spec":       map[string]any{"template": map[string]any{"spec": podSpec}},
-		}
+		patch := nested(template, map[string]any{"spec": podSpec})
+		patch["apiVersion"], patch["kind"], patch["metadata"] = u.GetAPIVersion(), u.GetKind(), map[string]any{"name": u.GetName()}
 		b, err := yaml.Marshal(patch)
 		if err != nil {
 			return nil, err
