@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -373,4 +375,89 @@ func craftBackup(t *testing.T, recipientFile string, h backupfile.Header) string
 		t.Fatal(err)
 	}
 	return path
+}
+
+// spec.backup makes install create the CronJob, with the least privileges
+// it needs; a scheduled backup that fails, even before it could record
+// itself, shows in status.
+func TestScheduledBackupShowsInStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	src, cl := clusterConfig(t, c, smallPlatform+`  backup:
+    schedule: "0 3 * * *"
+    timeZone: Europe/Berlin
+    s3:
+      endpoint: https://minio.example.com:9000
+      bucket: backups
+      prefix: ci
+      credentialsSecret: s3-credentials
+    recipients: [age1wvt9qswx46jnegg8qfra5evxl450ur5ul2jx2gpgtay0248ykg9qsasy7p]
+`)
+	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cj, err := c.Client.BatchV1().CronJobs("onprem").Get(ctx, "onprem-backup", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cj.Spec.Schedule != "0 3 * * *" || cj.Spec.TimeZone == nil || *cj.Spec.TimeZone != "Europe/Berlin" {
+		t.Fatalf("CronJob schedule %q, time zone %v", cj.Spec.Schedule, cj.Spec.TimeZone)
+	}
+	args := strings.Join(cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"backup create", "--to=s3://backups/ci", "--s3-endpoint=https://minio.example.com:9000", "--keep=7", "--trigger=schedule", "--recipient=age1wvt9"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("the backup's arguments %q lack %q", args, want)
+		}
+	}
+	// The Role reads Secrets by name only.
+	role, err := c.Client.RbacV1().Roles("onprem").Get(ctx, "onprem-backup", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "secrets") && len(r.ResourceNames) == 0 {
+			t.Errorf("the backup's Role may %v every Secret", r.Verbs)
+		}
+		if slices.Contains(r.Verbs, "*") || slices.Contains(r.Resources, "*") {
+			t.Errorf("a wildcard in the backup's Role: %+v", r)
+		}
+	}
+	st, err := (&Status{Target{Cluster: cl, Namespace: "onprem"}}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Backups == nil || st.Backups.Schedule != "0 3 * * *" || st.Backups.Failed != "" || st.Backups.Last != nil {
+		t.Fatalf("status before any backup: %+v", st.Backups)
+	}
+
+	// A run that fails (what `kubectl create job --from=cronjob/...` makes,
+	// with a pod that exits 1).
+	tmpl := cj.Spec.JobTemplate.DeepCopy()
+	if tmpl.Spec.Template.Annotations == nil {
+		tmpl.Spec.Template.Annotations = map[string]string{}
+	}
+	tmpl.Spec.Template.Annotations[testcluster.AnnotationFail] = "true"
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "onprem-backup-manual", Namespace: "onprem", Labels: tmpl.Labels,
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cj, batchv1.SchemeGroupVersion.WithKind("CronJob"))}}, Spec: tmpl.Spec}
+	if _, err := c.Client.BatchV1().Jobs("onprem").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err = (&Status{Target{Cluster: cl, Namespace: "onprem"}}).Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Backups != nil && st.Backups.Failed != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed the failed backup: %+v", st.Backups)
+		}
+		time.Sleep(time.Second)
+	}
+	if !strings.Contains(st.Backups.Failed, "onprem-backup-manual") || !strings.Contains(st.Backups.Failed, "kubectl -n onprem logs job/onprem-backup-manual") {
+		t.Fatalf("status says: %s", st.Backups.Failed)
+	}
 }
