@@ -9,5 +9,6 @@ func connectionChecks() []Check {
 		postgresqlCheck(minPostgreSQL),
 		redisCheck(minRedis),
 		rabbitmqCheck(minRabbitMQ),
+		backupCheck(),
 	}
 }

@@ -70,6 +70,7 @@ func (b *builder) recipes() map[string]recipe {
 		"rabbitmq":   {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
 		"refservice": {ref: RefserviceRef, stamp: b.refserviceStamp, make: b.refserviceImage},
 		"runner":     {ref: RunnerRef, stamp: b.runnerStamp, make: b.runnerImage},
+		"onprem":     {release: "onprem", stamp: b.onpremStamp, make: b.onpremImage},
 	}
 }
 

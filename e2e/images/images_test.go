@@ -617,3 +617,14 @@ func checkUser(t *testing.T, img Image, want string) {
 	}
 	t.Logf("%s: %s", img.Name, cf.Config.Labels[LabelContent])
 }
+
+// The onprem image runs onprem itself, as the backup chart's user.
+func TestOnpremImageRunsOnprem(t *testing.T) {
+	img := build(t, "onprem")
+	checkUser(t, img, "65532:65532")
+	root := unpack(t, img)
+	out, err := exec.Command(filepath.Join(root, "usr", "local", "bin", "onprem"), "backup", "create", "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--recipient") {
+		t.Fatalf("onprem backup create --help in the image: %v\n%s", err, out)
+	}
+}

@@ -49,6 +49,9 @@ func databaseEntry(e dbdump.Engine, db string) string {
 
 // SavedSecret is a Secret as a backup keeps it: enough to create it again.
 type SavedSecret struct {
+	// Operator marks a Secret the operator made and the configuration
+	// names (a restore creates it only where it is missing).
+	Operator    bool              `json:"operator,omitempty"`
 	Namespace   string            `json:"namespace"`
 	Name        string            `json:"name"`
 	Type        corev1.SecretType `json:"type"`
@@ -106,6 +109,8 @@ type collected struct {
 	registrations Registrations
 	// databases are the platform's databases by engine, sorted.
 	databases map[string][]database
+	// notCollected says what could not be read, and why.
+	notCollected []string
 }
 
 type database struct {
@@ -151,11 +156,26 @@ func collect(ctx context.Context, c kubernetes.Interface, dyn dynamic.Interface,
 			out.databases[engine] = append(out.databases[engine], database{name: string(s.Data["database"]), service: svc})
 		}
 	}
+	if cfgSecret != nil {
+		for _, n := range strings.Split(cfgSecret.Annotations[ReferencedSecretsAnnotation], ",") {
+			if n == "" {
+				continue
+			}
+			sec, err := c.CoreV1().Secrets(ns).Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				out.notCollected = append(out.notCollected, fmt.Sprintf("Secret %s, which the configuration names: %v", n, err))
+				continue
+			}
+			saved := save(sec)
+			saved.Operator = true
+			out.secrets = append(out.secrets, saved)
+		}
+	}
 	for _, dbs := range out.databases {
 		slices.SortFunc(dbs, func(a, b database) int { return strings.Compare(a.name, b.name) })
 	}
 
-	r := Registrations{Runners: st.Runners, Runtimes: st.Runtimes, RuntimeConfig: st.RuntimeConfig}
+	r := Registrations{Runners: st.Runners, Runtimes: st.Runtimes, RuntimeConfig: st.RuntimeConfig, NotCollected: out.notCollected}
 	for _, name := range sortedKeys(st.Runtimes) {
 		rt := st.Runtimes[name]
 		if !OnPlatformCluster(rt.Kubeconfig, rt.Context) {

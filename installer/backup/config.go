@@ -89,6 +89,12 @@ func PackConfig(in *config.Installation) (map[string][]byte, error) {
 // read) gets them one by one.
 const GeneratedSecretsAnnotation = "onprem.dev/generated-secrets"
 
+// ReferencedSecretsAnnotation on ConfigSecret lists the operator's own
+// Secrets the configuration names (config.Installation.ReferencedSecrets):
+// a backup carries them too, so that a restore on a new cluster needs
+// nothing made by hand first.
+const ReferencedSecretsAnnotation = "onprem.dev/referenced-secrets"
+
 // StoreConfig keeps the effective configuration in the platform namespace
 // (ConfigSecret), with the names of its generated Secrets, for backups.
 func StoreConfig(ctx context.Context, c kubernetes.Interface, ns string, in *config.Installation, generated []string) error {
@@ -97,6 +103,7 @@ func StoreConfig(ctx context.Context, c kubernetes.Interface, ns string, in *con
 		return err
 	}
 	names := strings.Join(generated, ",")
+	referenced := strings.Join(in.ReferencedSecrets(), ",")
 	api := c.CoreV1().Secrets(ns)
 	cur, err := api.Get(ctx, ConfigSecret, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -104,11 +111,11 @@ func StoreConfig(ctx context.Context, c kubernetes.Interface, ns string, in *con
 			ObjectMeta: metav1.ObjectMeta{Name: ConfigSecret, Namespace: ns,
 				Labels: map[string]string{state.ManagedByLabel: state.ManagedBy},
 				Annotations: map[string]string{"onprem.dev/purpose": "the effective onprem.yaml of the last install or upgrade, for backups (no secret value)",
-					GeneratedSecretsAnnotation: names}},
+					GeneratedSecretsAnnotation: names, ReferencedSecretsAnnotation: referenced}},
 			Type: corev1.SecretTypeOpaque, Data: data,
 		}, metav1.CreateOptions{FieldManager: state.ManagedBy})
 	} else if err == nil {
-		if sameData(cur.Data, data) && cur.Annotations[GeneratedSecretsAnnotation] == names {
+		if sameData(cur.Data, data) && cur.Annotations[GeneratedSecretsAnnotation] == names && cur.Annotations[ReferencedSecretsAnnotation] == referenced {
 			return nil
 		}
 		upd := cur.DeepCopy()
@@ -117,6 +124,7 @@ func StoreConfig(ctx context.Context, c kubernetes.Interface, ns string, in *con
 			upd.Annotations = map[string]string{}
 		}
 		upd.Annotations[GeneratedSecretsAnnotation] = names
+		upd.Annotations[ReferencedSecretsAnnotation] = referenced
 		_, err = api.Update(ctx, upd, metav1.UpdateOptions{FieldManager: state.ManagedBy})
 	}
 	if err != nil {

@@ -222,8 +222,28 @@ func (e *SecretConflictError) Error() string {
 // existing Secret with the same values is left alone; one with other
 // values is handled as mode says, checked for every Secret before any is
 // written.
+// The operator's own Secrets that the configuration names are created only
+// where they are missing.
 func (o *Opened) RestoreSecrets(ctx context.Context, c kubernetes.Interface, ns string, mode SecretsMode) (*SecretsReport, error) {
-	return RestoreSecrets(ctx, c, ns, o.secretsOf(o.Manifest.Namespace), mode)
+	var generated, operator []SavedSecret
+	for _, s := range o.secretsOf(o.Manifest.Namespace) {
+		if s.Operator {
+			operator = append(operator, s)
+		} else {
+			generated = append(generated, s)
+		}
+	}
+	rep, err := RestoreSecrets(ctx, c, ns, generated, mode)
+	if err != nil || len(operator) == 0 {
+		return rep, err
+	}
+	orep, err := RestoreSecrets(ctx, c, ns, operator, SecretsMissing)
+	if orep != nil {
+		rep.Created = append(rep.Created, orep.Created...)
+		rep.Unchanged = append(rep.Unchanged, orep.Unchanged...)
+		rep.Kept = append(rep.Kept, orep.Kept...)
+	}
+	return rep, err
 }
 
 // RuntimeSecrets returns the saved Secrets of a runtime's namespace.

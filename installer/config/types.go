@@ -3,6 +3,8 @@
 // Schema that editors use to complete the file.
 package config
 
+import "slices"
+
 // APIVersion and Kind identify an onprem.yaml document.
 const (
 	APIVersion = "onprem.dev/v1alpha1"
@@ -256,4 +258,32 @@ func (b Backup) BeforeUpgrades() bool {
 		return b.Configured()
 	}
 	return *b.Upgrades && b.Configured()
+}
+
+// ReferencedSecrets lists, sorted and without repeats, the Secrets of the
+// platform namespace that the operator creates and the configuration
+// names: the TLS Secret (tls.mode secret), the registry's pull Secret, the
+// external databases' Secrets, and the bucket's credentials and CA. A
+// backup carries them beside the generated ones.
+func (in *Installation) ReferencedSecrets() []string {
+	s := in.Spec
+	var out []string
+	add := func(name string) {
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	if s.TLS.Mode == "secret" {
+		add(s.TLS.SecretName)
+	}
+	add(s.Registry.PullSecret)
+	for _, db := range s.Databases.All() {
+		if db.Mode == DatabaseModeExternal {
+			add(db.External.SecretName)
+		}
+	}
+	add(s.Backup.S3.CredentialsSecret)
+	add(s.Backup.S3.CASecret)
+	slices.Sort(out)
+	return out
 }

@@ -154,10 +154,14 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		v["services"] = provision
 	}
 	if v, ok := st.values[BackupComponent]; ok {
-		// The backup may read the generated Secrets by name only.
+		// The backup may read the generated Secrets and the operator's
+		// Secrets the configuration names, by name only.
 		var names []any
 		for _, sec := range credentials.Plan(needs(in, st.services)) {
 			names = append(names, sec.Name)
+		}
+		for _, n := range in.ReferencedSecrets() {
+			names = append(names, n)
 		}
 		v["secrets"] = names
 		var pods []any
