@@ -227,8 +227,8 @@ type RuntimeConfig struct {
 
 // Backup schedules backups of the platform (installer/backup) to a bucket.
 type Backup struct {
-	Schedule string `json:"schedule,omitempty" doc:"When to back up, in cron syntax, e.g. \"0 2 * * *\" (every day at 02:00) or @daily. Empty: no scheduled backup. onprem install creates a CronJob that runs onprem itself in the cluster."`
-	TimeZone string `json:"timeZone,omitempty" doc:"IANA time zone of the schedule, e.g. Europe/Berlin. Default: the cluster's (kube-controller-manager's)."`
+	Schedule string   `json:"schedule,omitempty" doc:"When to back up, in cron syntax, e.g. \"0 2 * * *\" (every day at 02:00) or @daily. Empty: no scheduled backup. onprem install creates a CronJob that runs onprem itself in the cluster."`
+	TimeZone string   `json:"timeZone,omitempty" doc:"IANA time zone of the schedule, e.g. Europe/Berlin. Default: the cluster's (kube-controller-manager's)."`
 	S3       BackupS3 `json:"s3,omitempty" doc:"The bucket the backups go to."`
 	// Recipients are age public keys.
 	Recipients   []string `json:"recipients,omitempty" doc:"Public keys the backups are encrypted to (age1pq1... or age1..., from 'onprem backup keygen'). The private key stays off the cluster: whoever holds it can read every backup."`
