@@ -239,7 +239,7 @@ func tlsSecretName(env *Env) (string, bool) {
 func checkTLS(ctx context.Context, env *Env, ns string, f *findings) error {
 	name, generated := tlsSecretName(env)
 	domain := env.Installation.Spec.Domain
-	sec, err := env.Cluster.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	sec, err := env.Secret(ctx, ns, name)
 	if apierrors.IsNotFound(err) {
 		if generated {
 			f.ok("a self-signed certificate for %s will be generated into Secret %s/%s", domain, ns, name)

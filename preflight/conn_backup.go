@@ -8,7 +8,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/backupstore"
 )
@@ -42,9 +41,8 @@ func runBackupCheck(ctx context.Context, env *Env) Outcome {
 		return connFail("the check could not run: no cluster to read the credentials Secret from", "give --kubeconfig/--context")
 	}
 	ns := in.Spec.Namespace
-	secrets := env.Cluster.Client.CoreV1().Secrets(ns)
 	create := fmt.Sprintf("kubectl -n %s create secret generic %s --from-literal=accessKeyID=KEY --from-literal=secretAccessKey=SECRET", ns, b.S3.CredentialsSecret)
-	sec, err := secrets.Get(ctx, b.S3.CredentialsSecret, metav1.GetOptions{})
+	sec, err := env.Secret(ctx, ns, b.S3.CredentialsSecret)
 	switch {
 	case apierrors.IsNotFound(err):
 		return connFail(fmt.Sprintf("spec.backup.s3.credentialsSecret: Secret %s/%s does not exist", ns, b.S3.CredentialsSecret), "create it: "+create)
@@ -57,7 +55,7 @@ func runBackupCheck(ctx context.Context, env *Env) Outcome {
 		return connFail(fmt.Sprintf("Secret %s/%s (spec.backup.s3.credentialsSecret) lacks the key accessKeyID or secretAccessKey", ns, b.S3.CredentialsSecret), "make it again: "+create)
 	}
 	if b.S3.CASecret != "" {
-		ca, err := secrets.Get(ctx, b.S3.CASecret, metav1.GetOptions{})
+		ca, err := env.Secret(ctx, ns, b.S3.CASecret)
 		switch {
 		case apierrors.IsNotFound(err):
 			return connFail(fmt.Sprintf("spec.backup.s3.caSecret: Secret %s/%s does not exist", ns, b.S3.CASecret),

@@ -14,7 +14,6 @@ import (
 
 	"github.com/hashicorp/go-version"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/config"
 )
@@ -200,7 +199,7 @@ func (s databaseSpec) endpoint(ctx context.Context, env *Env, secretName string)
 			"connect onprem to the platform's cluster (--kubeconfig, --context) and run preflight again")
 		return nil, &o
 	}
-	sec, err := env.Cluster.Client.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	sec, err := env.Secret(ctx, ns, secretName)
 	switch {
 	case apierrors.IsNotFound(err):
 		o := connFail(fmt.Sprintf("the connection Secret %s of the external %s (%s) does not exist", ref, s.product, s.field()),

@@ -20,7 +20,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
@@ -394,7 +393,7 @@ func pullSecretKeychain(ctx context.Context, env *Env, secretName string, reg na
 			"connect onprem to the platform's cluster (--kubeconfig, --context) and run preflight again")
 		return nil, "", &o
 	}
-	sec, err := env.Cluster.Client.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	sec, err := env.Secret(ctx, ns, secretName)
 	switch {
 	case apierrors.IsNotFound(err):
 		o := connFail(fmt.Sprintf("the pull Secret %s (spec.registry.pullSecret) does not exist", ref),

@@ -8,6 +8,10 @@ package preflight
 
 import (
 	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"fmt"
 	"runtime/debug"
 	"sort"
@@ -53,6 +57,23 @@ type Env struct {
 	Cluster      *kube.Cluster
 	// Now is this machine's clock (tests replace it).
 	Now func() time.Time
+	// Provided are Secrets of the platform namespace that the operation
+	// itself brings (a restore brings the backup's): checks read them
+	// where the cluster does not have them yet.
+	Provided map[string]*corev1.Secret
+}
+
+// Secret returns the Secret name of the platform namespace ns: the
+// cluster's, else the one the operation brings (Provided), else the
+// cluster's NotFound error.
+func (e *Env) Secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	sec, err := e.Cluster.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if p, ok := e.Provided[name]; ok {
+			return p, nil
+		}
+	}
+	return sec, err
 }
 
 // Outcome is what one run of a check found.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
@@ -205,7 +206,15 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 	if err := r.checkTarget(before, ns, name, m); err != nil {
 		return nil, err
 	}
-	pre, err := runPreflight(ctx, &preflight.Env{Installation: in, Release: l.Release, Releases: l.Releases, Rendered: res, Cluster: cl},
+	// The backup brings the Secrets the checks look for (the bucket's,
+	// the external databases', the pull Secret).
+	provided := map[string]*corev1.Secret{}
+	for _, s := range o.Secrets {
+		if s.Namespace == m.Namespace {
+			provided[s.Name] = s.Object()
+		}
+	}
+	pre, err := runPreflight(ctx, &preflight.Env{Installation: in, Release: l.Release, Releases: l.Releases, Rendered: res, Cluster: cl, Provided: provided},
 		preflight.Options{Skip: r.SkipChecks})
 	if pre != nil && r.Preflight != nil {
 		r.Preflight(pre)
