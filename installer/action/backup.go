@@ -174,6 +174,14 @@ func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
 			}
 		}
 	}
+	// A bad destination is refused before the cluster is reached (unless
+	// its credentials are read there).
+	var store backupstore.Store
+	if b.Destination.S3CredentialsSecret == "" {
+		if store, err = b.Destination.open(ctx, nil, ""); err != nil {
+			return nil, err
+		}
+	}
 	ns, err := b.Target.namespace(ctx)
 	if err != nil {
 		return nil, err
@@ -182,9 +190,10 @@ func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := b.Destination.open(ctx, cl, ns)
-	if err != nil {
-		return nil, err
+	if store == nil {
+		if store, err = b.Destination.open(ctx, cl, ns); err != nil {
+			return nil, err
+		}
 	}
 	ctx, h, err := lockAndLoad(ctx, cl, ns, "backup", b.LockWait, b.LockLease)
 	if err != nil {
