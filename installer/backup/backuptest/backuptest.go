@@ -179,6 +179,26 @@ func (e *Exec) run(ctx context.Context, t podexec.Target, cmd []string, stdin io
 	return err
 }
 
+// Command is a command of one of the tools (pg_dump, pg_restore,
+// mongodump, mongorestore, rabbitmqctl) run on this machine, as an
+// operator would run it by hand (benchmarks compare onprem with that).
+func (e *Exec) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, name, args...)
+	c.Env = append(os.Environ(), "PATH="+e.path)
+	for _, dir := range strings.Split(e.path, ":") {
+		if p := filepath.Join(dir, name); dir != "" && fileExists(p) {
+			c.Path = p
+			break
+		}
+	}
+	return c
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
 // Calls returns the commands run so far.
 func (e *Exec) Calls() []Call {
 	e.mu.Lock()
