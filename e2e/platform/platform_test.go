@@ -231,6 +231,8 @@ func TestPlatform(t *testing.T) {
 		t.Logf("runtime codefresh: %s, workloads %v", list.Runtimes[0].Chart, list.Runtimes[0].Workloads)
 	})
 
+	e.disasterRecovery(ctx, mid, bundles[mid], records)
+
 	e.step("uninstall keeps the volumes", func() {
 		pvcs, err := e.cluster.Client.CoreV1().PersistentVolumeClaims(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
