@@ -16,6 +16,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -459,5 +460,70 @@ func TestScheduledBackupShowsInStatus(t *testing.T) {
 	}
 	if !strings.Contains(st.Backups.Failed, "onprem-backup-manual") || !strings.Contains(st.Backups.Failed, "kubectl -n onprem logs job/onprem-backup-manual") {
 		t.Fatalf("status says: %s", st.Backups.Failed)
+	}
+}
+
+// With spec.backup set, every upgrade step first writes a backup of the
+// whole platform to the bucket, and the step's record names it.
+func TestUpgradeBacksUpBeforeEachStep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testcluster.Start(t)
+	servers := backuptest.Start(t)
+	exec := backuptest.NewExec(t, servers)
+	s3 := testservers.StartS3(t, testservers.S3Options{})
+	keys, err := backupfile.Keygen(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := func(version string) string {
+		return fmt.Sprintf(`  version: %s
+  domain: ci.example.com
+  modules:
+    pipelines: {enabled: false}
+  backup:
+    s3:
+      endpoint: %s
+      bucket: %s
+      prefix: upgrades
+      credentialsSecret: s3-credentials
+    recipients: [%s]
+`, version, s3.Endpoint, s3.Bucket, keys.Recipient)
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "onprem"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client.CoreV1().Secrets("onprem").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-credentials"},
+		StringData: map[string]string{"accessKeyID": s3.AccessKey, "secretAccessKey": s3.SecretKey}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src, cl := clusterConfig(t, c, body("2.7.1"))
+	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dbs, err := backup.Databases(ctx, c.Client, "onprem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers.Provision(t, dbs["postgresql"], dbs["mongodb"])
+	up, _ := clusterConfig(t, c, body("2.8.0"))
+	res, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: up, Cluster: cl}, Timeout: 2 * time.Minute, Exec: exec}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 1 || res.Steps[0].Archive == nil || res.Steps[0].Archive.Trigger != backupfile.TriggerUpgrade || res.Steps[0].Archive.Version != "2.7.1" {
+		t.Fatalf("the step's backup: %+v", res.Steps)
+	}
+	list, err := (&BackupList{Destination: BackupDestination{To: "s3://" + s3.Bucket + "/upgrades",
+		S3: backupstore.S3Options{Endpoint: s3.Endpoint, AccessKey: s3.AccessKey, SecretKey: s3.SecretKey}}}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Backups) != 1 || list.Backups[0].Name != res.Steps[0].Archive.Name {
+		t.Fatalf("the bucket holds %+v, want the step's backup %s", list.Backups, res.Steps[0].Archive.Name)
+	}
+	st, _ := state.NewStore(c.Client, "onprem").Load(ctx)
+	if op := st.History[len(st.History)-1]; op.Kind != state.KindUpgrade || op.Steps[0].Archive == nil {
+		t.Fatalf("the upgrade's record: %+v", op)
 	}
 }
