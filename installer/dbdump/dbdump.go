@@ -10,14 +10,15 @@
 //   - RabbitMQ: rabbitmqctl export_definitions / import_definitions (users,
 //     vhosts, permissions, queues, exchanges, bindings, policies; never the
 //     messages);
-//   - Redis: redis-cli --rdb (a snapshot); it is restored by replacing the
-//     data file and restarting the server.
+//   - Redis: redis-cli --rdb (a snapshot); it is restored by making it the
+//     base of the append-only file and restarting the server.
 //
 // Every script reads credentials from the container's environment (the
 // chart sets it from the generated Secrets), so no password is on a
 // command line, and connects to the engine on the pod's loopback. A test
 // that runs these scripts outside a pod points them at another server with
-// ONPREM_DB_HOST and ONPREM_DB_PORT.
+// ONPREM_DB_HOST and ONPREM_DB_PORT (and Redis's data folder with
+// ONPREM_REDIS_DIR).
 package dbdump
 
 import (
@@ -178,20 +179,29 @@ cat "$f"
 }
 
 // RedisStage writes the snapshot read on standard input beside Redis's
-// data, as /data/onprem-restore.rdb.
+// data (the chart's --dir, /data), as onprem-restore.rdb.
 func RedisStage() []string {
-	return script(`cat > /data/onprem-restore.rdb.tmp && mv /data/onprem-restore.rdb.tmp /data/onprem-restore.rdb`)
+	return script(`dir="${ONPREM_REDIS_DIR:-/data}"
+cat > "$dir/onprem-restore.rdb.tmp" && mv "$dir/onprem-restore.rdb.tmp" "$dir/onprem-restore.rdb"`)
 }
 
 // RedisSwap replaces Redis's data with the staged snapshot and stops the
 // server without saving; the kubelet starts it again, and it loads the
-// snapshot (with no append-only file left, Redis loads dump.rdb and
-// writes a new append-only file from it).
+// snapshot. The chart runs Redis with an append-only file, which Redis
+// (7.0 and later: a folder appendonlydir with a manifest) loads instead of
+// dump.rdb when it starts: the snapshot becomes the append-only file's
+// base (an RDB base is what Redis writes itself with its default
+// aof-use-rdb-preamble), alone in its manifest.
 func RedisSwap() []string {
 	e := engines[Redis]
-	return script(e.address() + "\n" + `test -s /data/onprem-restore.rdb
-rm -rf /data/appendonlydir /data/appendonly.aof
-mv /data/onprem-restore.rdb /data/dump.rdb
+	return script(e.address() + "\n" + `dir="${ONPREM_REDIS_DIR:-/data}"
+test -s "$dir/onprem-restore.rdb"
+rm -rf "$dir/appendonlydir.onprem-restore"
+mkdir "$dir/appendonlydir.onprem-restore"
+mv "$dir/onprem-restore.rdb" "$dir/appendonlydir.onprem-restore/appendonly.aof.1.base.rdb"
+printf 'file appendonly.aof.1.base.rdb seq 1 type b\n' > "$dir/appendonlydir.onprem-restore/appendonly.aof.manifest"
+rm -rf "$dir/appendonlydir" "$dir/appendonly.aof" "$dir/dump.rdb"
+mv "$dir/appendonlydir.onprem-restore" "$dir/appendonlydir"
 redis-cli -h "$host" -p "$port" --no-auth-warning shutdown nosave >/dev/null 2>&1 || true
 `)
 }
