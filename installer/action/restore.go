@@ -162,6 +162,7 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	phase("restoring " + name + " from " + store.String())
 	o, err := backup.Open(ctx, store, name, backup.OpenOptions{Identities: ids, WorkDir: r.WorkDir, Progress: progress})
 	if err != nil {
 		var nf *backupstore.NotFoundError

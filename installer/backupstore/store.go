@@ -91,33 +91,54 @@ func Name(installation string, t time.Time) string {
 func Of(installation string, objs []Object) []Object {
 	var out []Object
 	for _, o := range objs {
-		rest, ok := strings.CutPrefix(o.Name, installation+"-")
-		if !ok {
-			continue
-		}
-		stamp := strings.TrimSuffix(rest, backupfile.Extension)
-		if _, err := time.Parse("20060102T150405Z", stamp); err == nil {
+		if _, inst, ok := parseName(o.Name); ok && inst == installation {
 			out = append(out, o)
 		}
 	}
 	return out
 }
 
-// Latest returns the newest backup of installation (all backups when
-// installation is empty), or a *NotFoundError.
+// Latest returns the newest backup of installation, or, when installation
+// is empty, the newest of every installation's (by the time in its name),
+// or a *NotFoundError.
 func Latest(ctx context.Context, s Store, installation string) (Object, error) {
 	objs, err := s.List(ctx)
 	if err != nil {
 		return Object{}, err
 	}
-	mine := objs
-	if installation != "" {
-		mine = Of(installation, objs)
+	var newest Object
+	var newestAt time.Time
+	for _, o := range objs {
+		at, inst, ok := parseName(o.Name)
+		if !ok || (installation != "" && inst != installation) {
+			continue
+		}
+		if newest.Name == "" || at.After(newestAt) {
+			newest, newestAt = o, at
+		}
 	}
-	if len(mine) == 0 {
-		return Object{}, &NotFoundError{Name: "of installation " + installation, Where: s.String(), Available: names(objs)}
+	if newest.Name == "" {
+		what := "any backup"
+		if installation != "" {
+			what = "a backup of installation " + installation
+		}
+		return Object{}, &NotFoundError{Name: what, Where: s.String(), Available: names(objs)}
 	}
-	return mine[len(mine)-1], nil
+	return newest, nil
+}
+
+// parseName reads INSTALLATION-YYYYMMDDTHHMMSSZ.onprem-backup.
+func parseName(name string) (time.Time, string, bool) {
+	base, ok := strings.CutSuffix(name, backupfile.Extension)
+	i := strings.LastIndex(base, "-")
+	if !ok || i <= 0 {
+		return time.Time{}, "", false
+	}
+	at, err := time.Parse("20060102T150405Z", base[i+1:])
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return at, base[:i], true
 }
 
 // Prune deletes the oldest backups of installation so that keep remain,

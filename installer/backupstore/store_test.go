@@ -106,6 +106,16 @@ func exercise(t *testing.T, s Store) {
 	if err != nil || latest.Name != made[2] {
 		t.Fatalf("latest: %v %v", latest, err)
 	}
+	put(t, s, Name("zeta", t0.Add(-time.Hour)), []byte("an older backup of another installation"))
+	if latest, err := Latest(ctx, s, ""); err != nil || latest.Name != made[2] {
+		t.Fatalf("latest of all installations: %v %v (the newest by time, not by name)", latest, err)
+	}
+	if err := s.Delete(ctx, Name("zeta", t0.Add(-time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Latest(ctx, s, "nobody"); !errors.As(err, new(*NotFoundError)) {
+		t.Fatalf("latest of an installation with no backup: %v", err)
+	}
 	deleted, err := Prune(ctx, s, "onprem", 2, "")
 	if err != nil || strings.Join(deleted, ",") != made[0] {
 		t.Fatalf("prune to 2: deleted %v, %v", deleted, err)
