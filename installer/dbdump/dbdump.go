@@ -169,12 +169,11 @@ rabbitmqctl import_definitions "$f" --silent
 }
 
 // RedisSnapshot writes a snapshot of Redis (an RDB file) to its standard
-// output.
+// output (the container's root filesystem is read-only: nothing is
+// written there).
 func RedisSnapshot() []string {
 	e := engines[Redis]
-	return script(e.address() + "\n" + `f="$(mktemp -d)/dump.rdb"; trap 'rm -rf "$(dirname "$f")"' EXIT
-redis-cli -h "$host" -p "$port" --no-auth-warning --rdb "$f" >&2
-cat "$f"
+	return script(e.address() + "\n" + `exec redis-cli -h "$host" -p "$port" --no-auth-warning --rdb -
 `)
 }
 
