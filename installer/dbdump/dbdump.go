@@ -169,11 +169,16 @@ rabbitmqctl import_definitions "$f" --silent
 }
 
 // RedisSnapshot writes a snapshot of Redis (an RDB file) to its standard
-// output (the container's root filesystem is read-only: nothing is
-// written there).
+// output. redis-cli writes it to a file first, in Redis's data folder (the
+// container's root filesystem is read-only, and written to its standard
+// output the snapshot would keep the replication stream's end marker),
+// which is removed at the end.
 func RedisSnapshot() []string {
 	e := engines[Redis]
-	return script(e.address() + "\n" + `exec redis-cli -h "$host" -p "$port" --no-auth-warning --rdb -
+	return script(e.address() + "\n" + `dir="${ONPREM_REDIS_DIR:-/data}"
+f="$dir/onprem-snapshot.rdb"; trap 'rm -f "$f"' EXIT
+redis-cli -h "$host" -p "$port" --no-auth-warning --rdb "$f" >&2
+cat "$f"
 `)
 }
 
