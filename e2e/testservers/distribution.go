@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -140,10 +139,7 @@ http:
 	return &DistributionServer{Host: host, Dir: dir, p: p}
 }
 
-var (
-	distMu  sync.Mutex
-	distBin string
-)
+var distribution = &cachedBinary{what: "distribution", file: "registry-" + DistributionVersion, src: "distribution", version: DistributionVersion, build: buildDistribution}
 
 func cacheRoot() string {
 	if root := os.Getenv("ONPREM_CACHE"); root != "" {
@@ -154,57 +150,9 @@ func cacheRoot() string {
 
 // DistributionBinary returns the path of the registry binary,
 // $ONPREM_CACHE/bin/registry-<DistributionVersion>, building it first when
-// it is missing. A file lock keeps parallel test binaries from building
-// it twice; the binary is written under a temporary name and renamed, so
-// an interrupted build leaves nothing half done. log (may be nil) receives
-// progress.
+// it is missing. log (may be nil) receives progress.
 func DistributionBinary(ctx context.Context, log func(string, ...any)) (string, error) {
-	distMu.Lock()
-	defer distMu.Unlock()
-	if distBin != "" {
-		return distBin, nil
-	}
-	if log == nil {
-		log = func(string, ...any) {}
-	}
-	root := cacheRoot()
-	final := filepath.Join(root, "bin", "registry-"+DistributionVersion)
-	present := func() bool {
-		st, err := os.Stat(final)
-		return err == nil && st.Mode().IsRegular() && st.Size() > 0
-	}
-	if present() {
-		distBin = final
-		return final, nil
-	}
-	src := filepath.Join(root, "bin-src", "distribution")
-	for _, d := range []string{filepath.Dir(final), src} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", fmt.Errorf("building distribution %s: %w", DistributionVersion, err)
-		}
-	}
-	unlock, err := flock(ctx, filepath.Join(src, ".lock"))
-	if err != nil {
-		return "", fmt.Errorf("building distribution %s: %w", DistributionVersion, err)
-	}
-	defer unlock()
-	if present() { // another process built it meanwhile
-		distBin = final
-		return final, nil
-	}
-	t0 := time.Now()
-	log("testservers: building distribution %s into %s (once; cached afterwards)", DistributionVersion, final)
-	if err := buildDistribution(ctx, src, final); err != nil {
-		return "", fmt.Errorf("building distribution %s: %w", DistributionVersion, err)
-	}
-	d := time.Since(t0).Round(100 * time.Millisecond)
-	log("testservers: built distribution %s in %s", DistributionVersion, d)
-	if f, err := os.OpenFile(filepath.Join(src, "build-times.txt"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
-		fmt.Fprintf(f, "%s registry %s built in %s\n", time.Now().UTC().Format(time.RFC3339), DistributionVersion, d)
-		f.Close()
-	}
-	distBin = final
-	return final, nil
+	return distribution.get(ctx, log)
 }
 
 // distributionMain is the wrapper module's main: the registry command of
@@ -228,8 +176,8 @@ func main() {
 `
 
 // buildDistribution writes the wrapper module in src, resolves it through
-// the module proxy and builds it to final (through a temporary file).
-func buildDistribution(ctx context.Context, src, final string) error {
+// the module proxy and builds it to tmp.
+func buildDistribution(ctx context.Context, src, tmp string) error {
 	logPath := filepath.Join(src, "build.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -277,10 +225,5 @@ func buildDistribution(ctx context.Context, src, final string) error {
 	if err := run("mod", "tidy"); err != nil {
 		return err
 	}
-	tmp := filepath.Join(filepath.Dir(final), fmt.Sprintf(".%s.tmp-%d", filepath.Base(final), os.Getpid()))
-	defer os.Remove(tmp)
-	if err := run("build", "-trimpath", "-ldflags", "-s -w", "-o", tmp, "."); err != nil {
-		return err
-	}
-	return os.Rename(tmp, final)
+	return run("build", "-trimpath", "-ldflags", "-s -w", "-o", tmp, ".")
 }

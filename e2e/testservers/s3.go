@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -195,67 +194,18 @@ func writeServerCerts(ip, caFile, certFile, keyFile string) error {
 	return nil
 }
 
-var (
-	minioMu  sync.Mutex
-	minioBin string
-)
+var minioServer = &cachedBinary{what: "MinIO", file: "minio-" + MinIOVersion, src: "minio", version: MinIOVersion, build: buildMinIO}
 
 // MinIOBinary returns the path of the MinIO server binary,
 // $ONPREM_CACHE/bin/minio-<MinIOVersion>, building it from the module
-// proxy first when it is missing (a file lock keeps parallel test binaries
-// from building it twice; the binary is renamed into place when whole).
+// proxy first when it is missing.
 func MinIOBinary(ctx context.Context, log func(string, ...any)) (string, error) {
-	minioMu.Lock()
-	defer minioMu.Unlock()
-	if minioBin != "" {
-		return minioBin, nil
-	}
-	if log == nil {
-		log = func(string, ...any) {}
-	}
-	root := cacheRoot()
-	final := filepath.Join(root, "bin", "minio-"+MinIOVersion)
-	present := func() bool {
-		st, err := os.Stat(final)
-		return err == nil && st.Mode().IsRegular() && st.Size() > 0
-	}
-	if present() {
-		minioBin = final
-		return final, nil
-	}
-	src := filepath.Join(root, "bin-src", "minio")
-	for _, d := range []string{filepath.Dir(final), src} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return "", fmt.Errorf("building MinIO: %w", err)
-		}
-	}
-	unlock, err := flock(ctx, filepath.Join(src, ".lock"))
-	if err != nil {
-		return "", fmt.Errorf("building MinIO: %w", err)
-	}
-	defer unlock()
-	if present() {
-		minioBin = final
-		return final, nil
-	}
-	t0 := time.Now()
-	log("testservers: building MinIO %s into %s (once; cached afterwards)", MinIOVersion, final)
-	if err := buildMinIO(ctx, src, final); err != nil {
-		return "", fmt.Errorf("building MinIO %s: %w", MinIOVersion, err)
-	}
-	d := time.Since(t0).Round(100 * time.Millisecond)
-	log("testservers: built MinIO in %s", d)
-	if f, err := os.OpenFile(filepath.Join(src, "build-times.txt"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
-		fmt.Fprintf(f, "%s minio %s built in %s\n", time.Now().UTC().Format(time.RFC3339), MinIOVersion, d)
-		f.Close()
-	}
-	minioBin = final
-	return final, nil
+	return minioServer.get(ctx, log)
 }
 
 // buildMinIO runs `go install` of the pinned module version into a
-// temporary folder of src and moves the binary to final.
-func buildMinIO(ctx context.Context, src, final string) error {
+// temporary folder of src and moves the binary to tmp.
+func buildMinIO(ctx context.Context, src, tmp string) error {
 	logPath := filepath.Join(src, "build.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -283,14 +233,9 @@ func buildMinIO(ctx context.Context, src, final string) error {
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go install %s@%s: %w\n%s", minioModule, MinIOVersion, err, tail(logPath, 30))
 	}
-	tmp := filepath.Join(filepath.Dir(final), fmt.Sprintf(".%s.tmp-%d", filepath.Base(final), os.Getpid()))
-	defer os.Remove(tmp)
 	data, err := os.ReadFile(filepath.Join(gobin, "minio"))
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(tmp, data, 0o755); err != nil {
-		return err
-	}
-	return os.Rename(tmp, final)
+	return os.WriteFile(tmp, data, 0o755)
 }
