@@ -183,14 +183,15 @@ func (e *Exec) run(ctx context.Context, t podexec.Target, cmd []string, stdin io
 // mongodump, mongorestore, rabbitmqctl) run on this machine, as an
 // operator would run it by hand (benchmarks compare onprem with that).
 func (e *Exec) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	c := exec.CommandContext(ctx, name, args...)
-	c.Env = append(os.Environ(), "PATH="+e.path)
+	path := name
 	for _, dir := range strings.Split(e.path, ":") {
 		if p := filepath.Join(dir, name); dir != "" && fileExists(p) {
-			c.Path = p
+			path = p
 			break
 		}
 	}
+	c := exec.CommandContext(ctx, path, args...)
+	c.Env = append(os.Environ(), "PATH="+e.path)
 	return c
 }
 
