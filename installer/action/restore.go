@@ -310,14 +310,16 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 		}
 		mergeState(h.st, o.State, cl.Server)
 	} else {
-		phase("stopping the services")
-		if _, err := backup.StopServices(lctx, cl.Client, ns, serviceNames(res)); err != nil {
-			return fail(err)
-		}
+		phase("stopping the services, provisioning the databases' users again")
 		if out.Secrets, err = o.RestoreSecrets(lctx, cl.Client, ns, backup.SecretsMissing); err != nil {
 			return fail(err)
 		}
-		if err := provisionAgain(lctx, cl, res); err != nil {
+		// Both at once: provisioning changes no user a running service
+		// relies on (the same names and passwords).
+		provisioned := make(chan error, 1)
+		go func() { provisioned <- provisionAgain(lctx, cl, res) }()
+		_, serr := backup.StopServices(lctx, cl.Client, ns, serviceNames(res))
+		if err := errors.Join(serr, <-provisioned); err != nil {
 			return fail(err)
 		}
 		phase("restoring the databases")

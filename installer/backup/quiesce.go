@@ -43,7 +43,7 @@ func StopServices(ctx context.Context, c kubernetes.Interface, ns string, compon
 		}
 		stopped = append(stopped, d.Name)
 	}
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, d := range deps {
 			pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(d.Spec.Selector)})
 			if err != nil || len(pods.Items) > 0 {
@@ -82,7 +82,7 @@ func StartServices(ctx context.Context, c kubernetes.Interface, ns string, timeo
 		started = append(started, d.Name)
 	}
 	var waiting []string
-	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		waiting = waiting[:0]
 		for _, name := range started {
 			d, err := c.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})

@@ -331,16 +331,46 @@ type DataOptions struct {
 	Progress func(Progress)
 }
 
-// RestoreData reads the backup a second time and streams every dump into
-// its engine, in the backup's order (MongoDB, PostgreSQL, RabbitMQ's
-// definitions, Redis), checking each entry against the manifest of the
-// first read. Every restore replaces what the dump holds, so running it
-// again after an interruption converges.
+// RestoreData reads the backup again and streams every dump into its
+// engine, checking each entry against the manifest of the first read.
+// The engines are restored at once, each by a reader of its own over the
+// file, and each engine's entries in the backup's order; every restore
+// replaces what the dump holds, so running it again after an
+// interruption converges. The first failure stops the others.
 func (o *Opened) RestoreData(ctx context.Context, d DataOptions) error {
-	progress := d.Progress
-	if progress == nil {
-		progress = func(Progress) {}
+	if d.Progress == nil {
+		d.Progress = func(Progress) {}
 	}
+	var engines []string
+	for _, e := range o.Manifest.Entries {
+		if e.Engine != "" && !slices.Contains(engines, e.Engine) {
+			engines = append(engines, e.Engine)
+		}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	errs := make(chan error, len(engines))
+	for _, engine := range engines {
+		go func() {
+			err := o.restoreEngine(ctx, d, engine)
+			if err != nil {
+				cancel(err)
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range engines {
+		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = err
+		}
+	}
+	return first
+}
+
+// restoreEngine restores the entries of one engine.
+func (o *Opened) restoreEngine(ctx context.Context, d DataOptions, engine string) error {
+	progress := d.Progress
 	f, err := o.reopen()
 	if err != nil {
 		return err
@@ -350,17 +380,8 @@ func (o *Opened) RestoreData(ctx context.Context, d DataOptions) error {
 	if err != nil {
 		return err
 	}
-	pods := map[string]podexec.Target{}
-	pod := func(engine string) (podexec.Target, error) {
-		if t, ok := pods[engine]; ok {
-			return t, nil
-		}
-		t, err := waitPod(ctx, d.Client, d.Namespace, engine)
-		if err == nil {
-			pods[engine] = t
-		}
-		return t, err
-	}
+	var target podexec.Target
+	found := false
 	for {
 		e, content, err := r.Next()
 		if errors.Is(err, io.EOF) {
@@ -368,6 +389,9 @@ func (o *Opened) RestoreData(ctx context.Context, d DataOptions) error {
 		}
 		if err != nil {
 			return err
+		}
+		if e.Engine != engine {
+			continue // another engine's: read (and checked) by Next
 		}
 		var item string
 		var cmds [][]string
@@ -394,14 +418,19 @@ func (o *Opened) RestoreData(ctx context.Context, d DataOptions) error {
 			progress(Progress{Item: item, Phase: PhaseSkipped, Message: e.Engine + " is external in this installation: its owner restores it"})
 			continue
 		}
-		target, err := pod(e.Engine)
-		if err != nil {
-			return err
+		if !found {
+			if target, err = waitPod(ctx, d.Client, d.Namespace, engine); err != nil {
+				return err
+			}
+			found = true
 		}
 		t0 := time.Now()
 		progress(Progress{Item: item, Phase: PhaseStarted, Bytes: e.Size})
 		cr := &countingReader{r: content}
 		if err := d.Exec.Exec(ctx, target, cmds[0], cr, io.Discard); err != nil {
+			if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+				return cause // another engine failed first
+			}
 			err = fmt.Errorf("restoring %s: %w", item, err)
 			progress(Progress{Item: item, Phase: PhaseFailed, Err: err, Elapsed: time.Since(t0)})
 			return err
@@ -418,7 +447,7 @@ func (o *Opened) RestoreData(ctx context.Context, d DataOptions) error {
 			}
 		}
 		if e.Kind == backupfile.KindCache {
-			delete(pods, e.Engine)
+			found = false
 			if err := waitRestarted(ctx, d.Client, target, before); err != nil {
 				return fmt.Errorf("restoring %s: %w", item, err)
 			}

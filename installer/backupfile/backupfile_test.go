@@ -298,3 +298,56 @@ func TestKeygen(t *testing.T) {
 		t.Fatal("no identity was accepted")
 	}
 }
+
+// BenchmarkVerify reads and checks a backup of 64 MiB of incompressible
+// data: what a restore does once before it changes anything.
+func BenchmarkVerify(b *testing.B) {
+	id, err := age.GenerateHybridIdentity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := make([]byte, 64<<20)
+	_, _ = rand.Read(data)
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, []age.Recipient{id.Recipient()}, Header{Installation: "onprem", Version: "2.8.0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := w.AddStream(Entry{Name: "databases/x", Kind: KindDatabase}, bytes.NewReader(data)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	file := buf.Bytes()
+	b.SetBytes(int64(len(data)))
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := Verify(bytes.NewReader(file), []age.Identity{id}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWrite writes a backup of 64 MiB of incompressible data.
+func BenchmarkWrite(b *testing.B) {
+	id, err := age.GenerateHybridIdentity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := make([]byte, 64<<20)
+	_, _ = rand.Read(data)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		w, err := NewWriter(io.Discard, []age.Recipient{id.Recipient()}, Header{Installation: "onprem", Version: "2.8.0"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.AddStream(Entry{Name: "databases/x", Kind: KindDatabase}, bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
