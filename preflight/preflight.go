@@ -9,10 +9,10 @@ package preflight
 import (
 	"context"
 
+	"fmt"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"fmt"
 	"runtime/debug"
 	"sort"
 	"sync"
