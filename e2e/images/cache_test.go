@@ -197,7 +197,7 @@ func TestArchivesCarryEveryReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	imgs, missing := ForRelease(rel, "registry.example.com/onprem", []Image{ref, mongo})
-	wantMissing := []string{"app-proxy", "argocd", "buildkit", "consul", "nats", "postgresql", "rabbitmq", "redis", "traefik"}
+	wantMissing := []string{"app-proxy", "argocd", "buildkit", "consul", "nats", "onprem", "postgresql", "rabbitmq", "redis", "traefik"}
 	if !slices.Equal(missing, wantMissing) {
 		t.Errorf("missing = %v, want %v", missing, wantMissing)
 	}
