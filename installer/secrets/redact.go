@@ -27,6 +27,18 @@ const minLineLength = 16
 // for a multi-line value, each of its lines of 16 characters or more other
 // than PEM "-----" armour lines. Where forms overlap the longest wins.
 func Redact(text string, values ...[]byte) string {
+	return NewRedactor(values...).Redact(text)
+}
+
+// Redactor replaces a fixed set of secret values, in every form Redact
+// knows, in any number of texts: the forms are worked out once.
+type Redactor struct {
+	replacer *strings.Replacer
+	forms    int
+}
+
+// NewRedactor returns a Redactor of values (see Redact).
+func NewRedactor(values ...[]byte) *Redactor {
 	seen := map[string]bool{}
 	var forms []string
 	addForm := func(f string) {
@@ -53,7 +65,7 @@ func Redact(text string, values ...[]byte) string {
 		}
 	}
 	if len(forms) == 0 {
-		return text
+		return &Redactor{}
 	}
 	// strings.Replacer tries the pairs in argument order at each position:
 	// longest first makes a value's longer form win over a shorter one it
@@ -65,7 +77,23 @@ func Redact(text string, values ...[]byte) string {
 	for _, f := range forms {
 		pairs = append(pairs, f, Redacted)
 	}
-	return strings.NewReplacer(pairs...).Replace(text)
+	return &Redactor{replacer: strings.NewReplacer(pairs...), forms: len(forms)}
+}
+
+// Redact returns text with every form of every value replaced.
+func (r *Redactor) Redact(text string) string {
+	if r == nil || r.replacer == nil {
+		return text
+	}
+	return r.replacer.Replace(text)
+}
+
+// Forms is how many distinct strings it replaces.
+func (r *Redactor) Forms() int {
+	if r == nil {
+		return 0
+	}
+	return r.forms
 }
 
 // Values returns the current secret values of the named Secrets of
