@@ -1,0 +1,146 @@
+package doctor
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"onprem.dev/onprem/installer/runner"
+	"onprem.dev/onprem/installer/runtime"
+	"onprem.dev/onprem/installer/snapshot"
+	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/preflight"
+)
+
+var now = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+func base() *snapshot.Snapshot {
+	return &snapshot.Snapshot{Meta: snapshot.Meta{CollectedAt: now, Namespace: "onprem", Namespaces: []string{"onprem"}},
+		Namespaces: map[string]*snapshot.Objects{"onprem": {}}}
+}
+
+func only(t *testing.T, rep *Report, analyzer string) []Finding {
+	t.Helper()
+	var out []Finding
+	for _, f := range rep.Findings {
+		if f.Analyzer == analyzer {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func holds(f Finding, says ...string) bool {
+	text := f.Title + "\n" + strings.Join(f.Evidence, "\n")
+	for _, s := range says {
+		if !strings.Contains(text, s) {
+			return false
+		}
+	}
+	return true
+}
+
+func crashingPod(name, component string) corev1.Pod {
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem", Labels: map[string]string{"onprem.dev/component": component}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "quay.io/codefresh/" + component + ":2.8.0"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "app", RestartCount: 7,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}}}}}
+}
+
+// The analyzers whose evidence is in logs and records, which the
+// integration ring's simulated kubelet cannot produce: the last log lines
+// of a crash, a full volume, a failed Helm release, attachments, preflight.
+func TestAnalyzersReadLogsRecordsAndAttachments(t *testing.T) {
+	s := base()
+	s.Namespaces["onprem"].Pods = []corev1.Pod{crashingPod("cfapi-1", "cfapi"), crashingPod("mongodb-0", "mongodb")}
+	s.Logs = []snapshot.Log{
+		{Namespace: "onprem", Pod: "cfapi-1", Container: "app", Previous: true, Text: "starting\nconnecting to mongodb\nfatal: MONGO_URI is not set\n"},
+		{Namespace: "onprem", Pod: "mongodb-0", Container: "app", Previous: true, Text: "WiredTiger error: write: No space left on device\n"},
+	}
+	s.Releases = []snapshot.Release{{Namespace: "onprem", Name: "cfapi", Revisions: []snapshot.Revision{
+		{Revision: 3, Status: "superseded", Chart: "service", ChartVersion: "2.8.0"},
+		{Revision: 4, Status: "failed", Chart: "service", ChartVersion: "2.9.0", Description: "context deadline exceeded"}}}}
+	s.Attachments = &snapshot.Attachments{
+		Runners:  []runner.Status{{Name: "gpu", Reachable: false, Problem: "the cluster at https://10.0.0.9:6443 does not answer"}, {Name: "ok", Ready: true}},
+		Runtimes: []runtime.Status{{Name: "prod", Reachable: true, Workloads: map[string]string{"argocd-server": "0/1"}}},
+		GitSources: []runtime.GitSource{{Name: "apps", Runtime: "prod", URL: "https://git.example.com/apps.git", Health: "Degraded", Sync: "OutOfSync"}},
+	}
+	s.Preflight = &preflight.Report{Findings: []preflight.Finding{
+		{ID: "cluster.capacity", Outcome: preflight.Outcome{Result: preflight.Fail, Message: "2 CPUs short", Remediation: "add a node"}},
+		{ID: "clock.skew", Outcome: preflight.Outcome{Result: preflight.Warn, Message: "3s skew"}},
+		{ID: "kube.version", Outcome: preflight.Outcome{Result: preflight.Pass, Message: "v1.36"}}}}
+	rep := Analyze(s)
+
+	if fs := only(t, rep, "crash-loop"); len(fs) != 2 || !holds(fs[0], "cfapi", "restarted 7 times", "exit: code 2", "log: fatal: MONGO_URI is not set") {
+		t.Errorf("crash-loop: %+v", fs)
+	}
+	if fs := only(t, rep, "volume-full"); len(fs) != 1 || fs[0].Component != "mongodb" || !holds(fs[0], "No space left on device") {
+		t.Errorf("volume-full: %+v", fs)
+	}
+	if fs := only(t, rep, "helm-release"); len(fs) != 1 || !holds(fs[0], "revision 4", "failed", "context deadline exceeded") {
+		t.Errorf("helm-release: %+v", fs)
+	}
+	fs := only(t, rep, "attachments")
+	if len(fs) != 3 || !holds(fs[0], "runner gpu", "does not answer") || !holds(fs[1], "runtime prod", "argocd-server 0/1") || fs[2].Severity != Warning {
+		t.Errorf("attachments: %+v", fs)
+	}
+	if fs := only(t, rep, "preflight"); len(fs) != 2 || fs[0].Severity != Error || fs[0].Remediation != "add a node" || fs[1].Severity != Warning {
+		t.Errorf("preflight: %+v", fs)
+	}
+	// Most severe first.
+	for i := 1; i < len(rep.Findings); i++ {
+		if rep.Findings[i-1].Severity.rank() > rep.Findings[i].Severity.rank() {
+			t.Errorf("finding %d (%s) before %d (%s)", i-1, rep.Findings[i-1].Severity, i, rep.Findings[i].Severity)
+		}
+	}
+	if !rep.HasErrors() {
+		t.Error("no error")
+	}
+}
+
+// A healthy record finds nothing; each kind of last operation says how it
+// is finished, and a running one under a live lock is not a problem.
+func TestLastOperationAndLock(t *testing.T) {
+	op := func(kind, outcome string) *snapshot.Snapshot {
+		s := base()
+		s.State = &state.State{Version: "2.8.0", History: []state.Operation{{Kind: kind, Version: "2.9.0", Outcome: outcome, Started: now.Add(-time.Hour)},
+			{Kind: state.KindBackup, Outcome: state.OutcomeSucceeded}}}
+		return s
+	}
+	if fs := only(t, Analyze(op(state.KindInstall, state.OutcomeSucceeded)), "last-operation"); len(fs) != 0 {
+		t.Errorf("succeeded: %+v", fs)
+	}
+	if fs := only(t, Analyze(op(state.KindUpgrade, state.OutcomeFailed)), "last-operation"); len(fs) != 1 || !strings.Contains(fs[0].Remediation, "onprem upgrade apply --to 2.9.0") {
+		t.Errorf("failed upgrade: %+v", fs)
+	}
+	if fs := only(t, Analyze(op(state.KindUpgrade, state.OutcomeRolledBack)), "last-operation"); len(fs) != 1 || fs[0].Severity != Warning {
+		t.Errorf("rolled back: %+v", fs)
+	}
+	running := op(state.KindRestore, state.OutcomeRunning)
+	holder := "bob@host pid 1 (onprem 0.1.0 restore)"
+	renewed := metav1.NewMicroTime(now.Add(-5 * time.Second))
+	running.Namespaces["onprem"].Leases = append(running.Namespaces["onprem"].Leases, leaseOf(holder, renewed))
+	rep := Analyze(running)
+	if fs := only(t, rep, "last-operation"); len(fs) != 0 {
+		t.Errorf("running under a live lock: %+v", fs)
+	}
+	if fs := only(t, rep, "stale-lock"); len(fs) != 1 || fs[0].Severity != Info || !strings.Contains(fs[0].Title, holder) {
+		t.Errorf("live lock: %+v", fs)
+	}
+	running.Namespaces["onprem"].Leases[0].Spec.RenewTime = &metav1.MicroTime{Time: now.Add(-time.Hour)}
+	rep = Analyze(running)
+	if fs := only(t, rep, "last-operation"); len(fs) != 1 || !strings.Contains(fs[0].Remediation, "onprem restore") {
+		t.Errorf("interrupted restore: %+v", fs)
+	}
+}
+
+func leaseOf(holder string, renewed metav1.MicroTime) coordinationv1.Lease {
+	d := int32(30)
+	return coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: state.LeaseName},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &d, RenewTime: &renewed}}
+}
