@@ -22,6 +22,16 @@ const (
 	// AnnotationNeverReady: a pod annotated "true" turns Running but never
 	// Ready, so its Deployment or StatefulSet never becomes available.
 	AnnotationNeverReady = "onprem.dev/never-ready"
+	// AnnotationWaiting: a pending pod annotated with a reason
+	// (ImagePullBackOff, CrashLoopBackOff, ...) turns Running with every
+	// container waiting for that reason and never ready, as a kubelet
+	// shows a pod whose image cannot be pulled or that keeps crashing.
+	// AnnotationWaitingMessage is the waiting message; AnnotationLastReason,
+	// when set, is the reason its previous run terminated (Error,
+	// OOMKilled), with 5 restarts.
+	AnnotationWaiting        = "onprem.dev/waiting"
+	AnnotationWaitingMessage = "onprem.dev/waiting-message"
+	AnnotationLastReason     = "onprem.dev/last-reason"
 )
 
 // StorageClassName is the cluster's default StorageClass (provisioner
@@ -42,7 +52,7 @@ func kwokConfig(stockStagesFile string) ([]byte, error) {
 	}
 	var b strings.Builder
 	b.Write(stock)
-	for _, st := range []map[string]any{podFailStage(), podNeverReadyStage()} {
+	for _, st := range []map[string]any{podFailStage(), podNeverReadyStage(), podWaitingStage()} {
 		j, err := json.MarshalIndent(st, "", "  ")
 		if err != nil {
 			return nil, err
@@ -155,6 +165,52 @@ startTime: {{ $now | Quote }}
 `
 	return podStage("onprem-pod-never-ready", []map[string]any{
 		expr(annotationKey(AnnotationNeverReady), "In", "true"),
+		expr(".metadata.deletionTimestamp", "DoesNotExist"),
+		expr(".status.phase", "In", "Pending"),
+	}, tmpl)
+}
+
+// podWaitingStage takes pending pods annotated AnnotationWaiting to
+// Running with every container waiting (see AnnotationWaiting). No stage
+// matches them afterwards.
+func podWaitingStage() map[string]any {
+	tmpl := `{{ $now := Now }}
+{{ $annotations := or .metadata.annotations dict }}
+{{ $reason := index $annotations "` + AnnotationWaiting + `" }}
+{{ $message := or ( index $annotations "` + AnnotationWaitingMessage + `" ) "" }}
+{{ $last := or ( index $annotations "` + AnnotationLastReason + `" ) "" }}
+conditions:
+- {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Initialized}
+- {lastTransitionTime: {{ $now | Quote }}, status: "True", type: PodScheduled}
+- {lastTransitionTime: {{ $now | Quote }}, status: "False", reason: ContainersNotReady, type: Ready}
+- {lastTransitionTime: {{ $now | Quote }}, status: "False", reason: ContainersNotReady, type: ContainersReady}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  started: false
+{{ if $last }}
+  restartCount: 5
+  lastState:
+    terminated:
+      exitCode: 137
+      reason: {{ $last | Quote }}
+      startedAt: {{ $now | Quote }}
+      finishedAt: {{ $now | Quote }}
+{{ else }}
+  restartCount: 0
+{{ end }}
+  state:
+    waiting:
+      reason: {{ $reason | Quote }}
+      message: {{ $message | Quote }}
+{{ end }}
+phase: Running
+startTime: {{ $now | Quote }}
+`
+	return podStage("onprem-pod-waiting", []map[string]any{
+		expr(annotationKey(AnnotationWaiting), "Exists"),
 		expr(".metadata.deletionTimestamp", "DoesNotExist"),
 		expr(".status.phase", "In", "Pending"),
 	}, tmpl)
