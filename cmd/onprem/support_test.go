@@ -49,7 +49,7 @@ func TestSupportCommands(t *testing.T) {
 
 	s := &snap.Snapshot{Meta: snap.Meta{Onprem: "0.1.0", CollectedAt: time.Now(), Namespace: "onprem", Namespaces: []string{"onprem"}},
 		Namespaces: map[string]*snap.Objects{"onprem": {Pods: []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "api-1", Namespace: "onprem", Labels: map[string]string{"onprem.dev/component": "api"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.internal:5000/codefresh/api:2.8.0"}}},
+			Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.internal:5000/codefresh/api:2.8.0"}}},
 			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull"}}}}}}}}}}
 	file := filepath.Join(dir, "b.tar.gz")
 	if _, err := support.Write(file, s, doctor.Analyze(s), support.NewRedactor(nil)); err != nil {

@@ -66,8 +66,8 @@ func TestAnalyzersReadLogsRecordsAndAttachments(t *testing.T) {
 		{Revision: 3, Status: "superseded", Chart: "service", ChartVersion: "2.8.0"},
 		{Revision: 4, Status: "failed", Chart: "service", ChartVersion: "2.9.0", Description: "context deadline exceeded"}}}}
 	s.Attachments = &snapshot.Attachments{
-		Runners:  []runner.Status{{Name: "gpu", Reachable: false, Problem: "the cluster at https://10.0.0.9:6443 does not answer"}, {Name: "ok", Ready: true}},
-		Runtimes: []runtime.Status{{Name: "prod", Reachable: true, Workloads: map[string]string{"argocd-server": "0/1"}}},
+		Runners:    []runner.Status{{Name: "gpu", Reachable: false, Problem: "the cluster at https://10.0.0.9:6443 does not answer"}, {Name: "ok", Ready: true}},
+		Runtimes:   []runtime.Status{{Name: "prod", Reachable: true, Workloads: map[string]string{"argocd-server": "0/1"}}},
 		GitSources: []runtime.GitSource{{Name: "apps", Runtime: "prod", URL: "https://git.example.com/apps.git", Health: "Degraded", Sync: "OutOfSync"}},
 	}
 	s.Preflight = &preflight.Report{Findings: []preflight.Finding{
