@@ -11,7 +11,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -36,10 +35,10 @@ import (
 	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/installer/doctor"
 	"onprem.dev/onprem/installer/render"
-	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/snapshot"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/support"
+	"onprem.dev/onprem/installer/support/supporttest"
 )
 
 // The platform's operator puts things that look like secrets where a
@@ -192,53 +191,25 @@ func operatorSecrets(t *testing.T, k kubernetes.Interface) {
 	}
 }
 
-// noSecretIn greps every file of the bundle for every value of every
-// Secret of the platform namespace that a redaction must hide (see
-// support.SecretValues), in every form it could take, and for the
-// operator's secret-shaped text.
+// noSecretIn greps every file of the bundle for every secret value of the
+// cluster (supporttest.Needles) and for the operator's secret-shaped text.
 func noSecretIn(t *testing.T, k kubernetes.Interface, files map[string][]byte) {
 	t.Helper()
-	list, err := k.CoreV1().Secrets("onprem").List(context.Background(), metav1.ListOptions{})
+	needles, generated, err := supporttest.Needles(context.Background(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	needles := map[string]string{shapedPassword: "password= pair", shapedToken: "token: pair", shapedURLPass: "URL password"}
-	generatedValues := 0
-	for _, s := range list.Items {
-		if s.Type == "helm.sh/release.v1" || s.Name == state.SecretName || s.Name == "onprem-config" {
-			continue
-		}
-		public := strings.Split(s.Annotations[secrets.AnnotationPublicKeys], ",")
-		for key, v := range s.Data {
-			if slices.Contains(public, key) || key == "ca.crt" || key == "tls.crt" || len(v) < 6 {
-				continue
-			}
-			if s.Labels[secrets.LabelGenerated] == "true" {
-				generatedValues++
-			}
-			where := "Secret " + s.Name + " key " + key
-			needles[string(v)] = where
-			needles[base64.StdEncoding.EncodeToString(v)] = where + " (base64)"
-			for _, line := range strings.Split(string(v), "\n") {
-				if line = strings.TrimSpace(line); len(line) >= 16 && !strings.HasPrefix(line, "-----") {
-					needles[line] = where + " (a line of it)"
-				}
-			}
-		}
+	if generated < 5 {
+		t.Fatalf("only %d generated secret values to look for", generated)
 	}
-	if generatedValues < 5 {
-		t.Fatalf("only %d generated secret values to look for", generatedValues)
+	for v, where := range map[string]string{shapedPassword: "password= pair", shapedToken: "token: pair", shapedURLPass: "URL password"} {
+		needles[v] = where
 	}
-	hits := 0
-	for path, data := range files {
-		for n, where := range needles {
-			if strings.Contains(string(data), n) {
-				hits++
-				t.Errorf("%s holds the value of %s", path, where)
-			}
-		}
+	leaks := supporttest.Leaks(files, needles)
+	for _, l := range leaks {
+		t.Error(l)
 	}
-	t.Logf("grep: %d values in %d files, %d hits", len(needles), len(files), hits)
+	t.Logf("grep: %d values in %d files, %d hits", len(needles), len(files), len(leaks))
 	if !strings.Contains(string(files["namespaces/onprem/configmaps.json"]), "<redacted>") {
 		t.Errorf("the operator's ConfigMap shows no redaction")
 	}
