@@ -55,6 +55,7 @@ func (e *env) step(name string, f func()) {
 	defer func() {
 		if !done {
 			e.t.Logf("=== step FAILED after %s: %s", time.Since(t0).Round(100*time.Millisecond), name)
+			e.evidence(name)
 		}
 	}()
 	f()
@@ -353,4 +354,43 @@ func (e *env) checkRecords(ctx context.Context, records map[string]string) {
 		}
 	}
 	e.t.Logf("%d record(s) read back from MongoDB (pipelines-api, gitops-api) and PostgreSQL (audit-manager)", len(records))
+}
+
+// evidence writes a support bundle of the cluster into the output folder
+// ($ONPREM_CACHE/e2e) when a step fails, so that a red run comes with what
+// support would ask for.
+func (e *env) evidence(step string) {
+	if e.bin == "" || e.kubeconfig == "" {
+		return
+	}
+	dir := filepath.Join(outputDir(), "support-bundles")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Logf("no support bundle of the failed step: %v", err)
+		return
+	}
+	slug := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(step))
+	if len(slug) > 60 {
+		slug = slug[:60]
+	}
+	file := filepath.Join(dir, time.Now().UTC().Format("20060102-150405")+"-"+slug+".tar.gz")
+	if _, _, err := e.run("support-bundle", "--file", file, "--kubeconfig", e.kubeconfig, "--no-preflight"); err != nil {
+		e.t.Logf("no support bundle of the failed step: %v", err)
+		return
+	}
+	e.t.Logf("support bundle of the failed step: %s ('onprem support-bundle analyze %s' reads it)", file, file)
+}
+
+// outputDir is where the test leaves what outlives the run (the checkout
+// of a CI run is thrown away).
+func outputDir() string {
+	root := os.Getenv("ONPREM_CACHE")
+	if root == "" {
+		root = "/var/cache/onprem"
+	}
+	return filepath.Join(root, "e2e")
 }

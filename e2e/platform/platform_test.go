@@ -183,11 +183,25 @@ func TestPlatform(t *testing.T) {
         path: /spec/template/spec/containers/0/image
         value: `+e.registry+`/onprem/never-ready:0.0.0
 `)
-	e.step("an image that never becomes ready rolls back by itself", func() {
+	e.step("an image that never becomes ready rolls back by itself; doctor names it meanwhile", func() {
 		c := e.writeConfig("onprem-never-ready.yaml", last, neverReady)
-		out := e.onpremFails("upgrade", "apply", "-c", c, "--to", last, "--bundle", bundles[last],
-			"--kubeconfig", e.kubeconfig, "--timeout", "90s")
-		mustContain(t, out, "gitops-api", "rolled back", "the platform is at "+mid)
+		type result struct {
+			out string
+			err error
+		}
+		upgraded, ended := make(chan result, 1), make(chan struct{})
+		go func() {
+			defer close(ended)
+			stdout, stderr, err := e.run("upgrade", "apply", "-c", c, "--to", last, "--bundle", bundles[last],
+				"--kubeconfig", e.kubeconfig, "--timeout", "90s")
+			upgraded <- result{stderr + stdout, err}
+		}()
+		e.doctorFinds(ended, "image-pull", "gitops-api", e.registry+"/onprem/never-ready:0.0.0")
+		r := <-upgraded
+		if r.err == nil {
+			t.Fatalf("the upgrade to an image that does not exist succeeded:\n%s", tailLines(r.out, 40))
+		}
+		mustContain(t, r.out, "gitops-api", "rolled back", "the platform is at "+mid)
 	})
 	e.allReady(mid)
 	e.step("records survive the failed rollout", func() {
@@ -229,6 +243,10 @@ func TestPlatform(t *testing.T) {
 			t.Fatalf("the configuration repository has no resources/ layout: %v", files)
 		}
 		t.Logf("runtime codefresh: %s, workloads %v", list.Runtimes[0].Chart, list.Runtimes[0].Workloads)
+	})
+
+	e.step("a support bundle of the whole platform: no secret in it, analyzed offline", func() {
+		e.supportBundle(ctx, bundles[mid])
 	})
 
 	e.disasterRecovery(ctx, mid, bundles[mid], records)

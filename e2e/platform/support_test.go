@@ -1,0 +1,125 @@
+//go:build linux
+
+package platform
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"onprem.dev/onprem/installer/doctor"
+	"onprem.dev/onprem/installer/support"
+	"onprem.dev/onprem/installer/support/supporttest"
+)
+
+// doctorFinds runs onprem doctor until it reports a finding of analyzer
+// about component whose title holds text, while the operation that
+// breaks the platform runs (ended closes when it ends: too late).
+func (e *env) doctorFinds(ended <-chan struct{}, analyzer, component, text string) {
+	e.t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		stdout, _, err := e.run("doctor", "-o", "json", "--no-preflight", "--kubeconfig", e.kubeconfig)
+		var rep doctor.Report
+		if jerr := json.Unmarshal([]byte(stdout), &rep); jerr == nil {
+			for _, f := range rep.Findings {
+				if f.Analyzer == analyzer && f.Component == component && strings.Contains(f.Title, text) {
+					if err == nil || f.Severity != doctor.Error || f.Remediation == "" {
+						e.t.Fatalf("doctor's finding %+v: exit %v", f, exitOf(err))
+					}
+					e.t.Logf("doctor: [%s] %s\n\tevidence: %s\n\tfix: %s", f.Severity, f.Title, strings.Join(f.Evidence, "; "), f.Remediation)
+					return
+				}
+			}
+		}
+		select {
+		case <-ended:
+			e.t.Fatalf("the upgrade ended before doctor named %s of %s (last answer: %s)", text, component, tailLines(stdout, 40))
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("doctor did not name %s of %s in 3 minutes (last answer: %s)", text, component, tailLines(stdout, 40))
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// supportBundle writes a support bundle of the whole platform (a runner
+// and a runtime included), greps it for every secret value of the
+// cluster, analyzes it offline, and records its time and size.
+func (e *env) supportBundle(ctx context.Context, bundle string) {
+	e.t.Helper()
+	file := filepath.Join(e.dir, "support.tar.gz")
+	t0 := time.Now()
+	e.onprem("support-bundle", "--file", file, "--kubeconfig", e.kubeconfig, "--bundle", bundle)
+	took := time.Since(t0)
+	st, err := os.Stat(file)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	files, err := support.Open(file)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.timing.supportBundle, e.timing.supportSize, e.timing.supportFiles = took, st.Size(), len(files)
+	e.t.Logf("support bundle: %s, %d bytes, %d files", took.Round(100*time.Millisecond), st.Size(), len(files))
+
+	needles, generated, err := supporttest.Needles(ctx, e.cluster.Client)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if generated < 10 {
+		e.t.Fatalf("only %d generated secret values to look for", generated)
+	}
+	for _, l := range supporttest.Leaks(files, needles) {
+		e.t.Error(l)
+	}
+	e.t.Logf("redaction: %d secret values (all forms) of every Secret of the cluster grepped in %d files", len(needles), len(files))
+
+	// What support needs is there: the runner's and runtime's namespaces,
+	// logs, the services' health through their readiness endpoints.
+	var meta struct {
+		Namespaces []string `json:"namespaces"`
+	}
+	decodeJSON(e.t, files["meta.json"], &meta)
+	if len(meta.Namespaces) < 3 {
+		e.t.Errorf("the bundle covers the namespaces %v: not the runner's and the runtime's", meta.Namespaces)
+	}
+	var health []struct {
+		Service  string
+		Answered bool
+		Ready    bool
+	}
+	decodeJSON(e.t, files["health.json"], &health)
+	answered := 0
+	for _, h := range health {
+		if h.Answered && h.Ready {
+			answered++
+		}
+	}
+	if answered == 0 {
+		e.t.Errorf("no service answered its readiness endpoint: %+v", health)
+	}
+	logs := 0
+	for p := range files {
+		if strings.HasSuffix(p, ".log") {
+			logs++
+		}
+	}
+	if logs == 0 {
+		e.t.Error("the bundle holds no log")
+	}
+
+	stdout, _, _ := e.run("support-bundle", "analyze", file, "-o", "json")
+	var rep doctor.Report
+	decodeJSON(e.t, []byte(stdout), &rep)
+	for _, f := range rep.Findings {
+		e.t.Logf("offline finding: [%s] %s: %s", f.Severity, f.Analyzer, f.Title)
+	}
+	if len(rep.Analyzers) < 12 {
+		e.t.Errorf("analyze ran %d analyzers", len(rep.Analyzers))
+	}
+}
