@@ -22,16 +22,22 @@
 //     versions changed;
 //  7. an upgrade whose migration Job exits 1, and one whose image never
 //     becomes ready: each rolls back by itself, the command fails saying
-//     why, and the records are still there;
+//     why, and the records are still there; while the second waits for its
+//     image, `onprem doctor` names the image and the component;
 //  8. `onprem runner install` (the runner stand-in image as agent and
 //     engine) and the runner `runner list` shows ready;
 //     `onprem runtime install` of the fixture GitOps runtime chart against
 //     a real Git server, and `runtime list`;
-//  9. `onprem uninstall` leaves the PersistentVolumeClaims;
-//  10. writes the timing figures (per component apply-to-Ready, total
+//  9. a support bundle of the whole platform holds no value of any Secret
+//     of the cluster, and `support-bundle analyze` reads it offline;
+//     disaster recovery (recovery_test.go);
+//  10. `onprem uninstall` leaves the PersistentVolumeClaims;
+//  11. writes the timing figures (per component apply-to-Ready, total
 //     install time, the longest dependency chain) to a file it prints.
 //
-// The cluster is deleted at the end, also when the test fails, unless
+// A failed step leaves a support bundle of the cluster in
+// $ONPREM_CACHE/e2e/support-bundles. The cluster is deleted at the end,
+// also when the test fails, unless
 // ONPREM_E2E_KEEP=1. ONPREM_SKIP_KIND=1 skips the test (CI never sets it).
 // Run it with `make e2e`.
 package platform
