@@ -2,6 +2,7 @@ package action
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,4 +33,28 @@ func BenchmarkInstallConverged(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkSupportBundle writes the support bundle of the whole platform
+// on the integration ring (its pods have no logs: the kind e2e measures
+// the real figure, logs included, in its timing file). Targets: under
+// 20 s and 10 MB.
+func BenchmarkSupportBundle(b *testing.B) {
+	c := testcluster.Start(b)
+	src, cl := clusterConfig(b, c, "  version: 2.8.0\n  domain: ci.example.com\n")
+	ctx := context.Background()
+	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 3 * time.Minute}).Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	file := filepath.Join(b.TempDir(), "bundle.tar.gz")
+	var size int64
+	b.ResetTimer()
+	for b.Loop() {
+		res, _, err := (&SupportBundle{Collect: Collect{Target: Target{Cluster: cl, ConfigPath: src.ConfigPath}}, Output: file}).Run(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = res.Size
+	}
+	b.ReportMetric(float64(size), "bundle-bytes")
 }
