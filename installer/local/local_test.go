@@ -273,9 +273,16 @@ func TestUpRefusesBadInputBeforeTouchingAnything(t *testing.T) {
 		"missing config":      {Up{ConfigPath: filepath.Join(dir, "missing.yaml")}, []string{"--config", "missing.yaml", "config init"}},
 		"missing kind config": {Up{KindConfig: filepath.Join(dir, "kind.yaml")}, []string{"--kind-config", "kind.yaml"}},
 		"unknown version":     {Up{Overrides: config.Overrides{Version: &unknown}}, []string{"--platform-version", "9.9.9"}},
+		"every problem at once": {Up{Name: "Bad_Name", Ports: Ports{HTTP: 9000, HTTPS: 9000}, ImageArchives: []string{dir}, Overrides: config.Overrides{Version: &unknown}},
+			[]string{"--name", "--http-port and --https-port", "--image-archive", "--platform-version"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			u := c.up
+			// Free ports where the case sets none: the refusal must not
+			// depend on 8080 and 8443 being free (a demo cluster keeps them).
+			if u.Ports == (Ports{}) {
+				u.Ports = freePorts(t)
+			}
 			u.Dir, u.Log, u.Lookup = filepath.Join(dir, "state-"+strings.ReplaceAll(name, " ", "-")), quiet(), noEnv
 			fake := &fakeProvider{}
 			u.connect = connected(fake)

@@ -149,11 +149,14 @@ func Paths(dir, name string) (kubeconfig, onpremYAML string) {
 // defaults fills what is empty and checks what the operator gave, before
 // anything is touched.
 func (u *Up) defaults() error {
+	// Every bad input is reported at once, as 'config validate' does.
+	var problems []error
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Errorf(format, a...)) }
 	if u.Name == "" {
 		u.Name = DefaultName
 	}
 	if !validName.MatchString(u.Name) {
-		return inputErr(fmt.Errorf("--name %q: use lower-case letters, digits and '-', starting and ending with a letter or digit, at most 50 characters", u.Name))
+		bad("--name %q: use lower-case letters, digits and '-', starting and ending with a letter or digit, at most 50 characters", u.Name)
 	}
 	if u.Ports.HTTP == 0 {
 		u.Ports.HTTP = DefaultHTTPPort
@@ -169,17 +172,43 @@ func (u *Up) defaults() error {
 		v    int
 	}{{"--http-port", u.Ports.HTTP}, {"--https-port", u.Ports.HTTPS}} {
 		if p.v < 1 || p.v > 65535 {
-			return inputErr(fmt.Errorf("%s %d: a port is between 1 and 65535", p.flag, p.v))
+			bad("%s %d: a port is between 1 and 65535", p.flag, p.v)
 		}
 	}
 	if u.Ports.HTTP == u.Ports.HTTPS {
-		return inputErr(fmt.Errorf("--http-port and --https-port are both %d: give two different ports", u.Ports.HTTP))
+		bad("--http-port and --https-port are both %d: give two different ports", u.Ports.HTTP)
 	}
 	if net.ParseIP(u.Ports.ListenAddress) == nil {
-		return inputErr(fmt.Errorf("--listen-address %q: not an IP address; use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)", u.Ports.ListenAddress))
+		bad("--listen-address %q: not an IP address; use 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)", u.Ports.ListenAddress)
 	}
 	if u.Wait <= 0 {
 		u.Wait = DefaultWait
+	}
+	for _, a := range u.ImageArchives {
+		fi, err := os.Stat(a)
+		if err != nil {
+			bad("--image-archive %s: %w (make one with 'docker save -o FILE IMAGE...', or run 'make demo')", a, err)
+		} else if !fi.Mode().IsRegular() {
+			bad("--image-archive %s: not a file: give a docker-archive tarball ('docker save -o FILE IMAGE...')", a)
+		}
+	}
+	if u.ConfigPath != "" {
+		if _, err := os.Stat(u.ConfigPath); err != nil {
+			bad("--config %s: %w (leave --config out to install a default configuration; 'onprem config init' writes a starter file)", u.ConfigPath, err)
+		}
+	} else if u.Overrides.Version != nil {
+		// Without a file the version is only this flag's: check it now,
+		// not after the ports.
+		rels, err := release.Embedded()
+		if err != nil {
+			return err
+		}
+		if _, err := rels.Get(*u.Overrides.Version); err != nil {
+			bad("--platform-version: %w", err)
+		}
+	}
+	if len(problems) > 0 {
+		return inputErr(errors.Join(problems...))
 	}
 	if u.Dir == "" {
 		d, err := DefaultDir()
@@ -193,20 +222,6 @@ func (u *Up) defaults() error {
 	}
 	if u.connect == nil {
 		u.connect = connectKind
-	}
-	for _, a := range u.ImageArchives {
-		fi, err := os.Stat(a)
-		if err != nil {
-			return inputErr(fmt.Errorf("--image-archive %s: %w (make one with 'docker save -o FILE IMAGE...', or run 'make demo')", a, err))
-		}
-		if !fi.Mode().IsRegular() {
-			return inputErr(fmt.Errorf("--image-archive %s: not a file: give a docker-archive tarball ('docker save -o FILE IMAGE...')", a))
-		}
-	}
-	if u.ConfigPath != "" {
-		if _, err := os.Stat(u.ConfigPath); err != nil {
-			return inputErr(fmt.Errorf("--config %s: %w (leave --config out to install a default configuration; 'onprem config init' writes a starter file)", u.ConfigPath, err))
-		}
 	}
 	return nil
 }
