@@ -91,7 +91,8 @@ func hostAptEntries() []aptEntry {
 }
 
 // debianMirror is $ONPREM_DEBIAN_MIRROR, else the URI this machine's apt
-// uses for DebianSuite, else deb.debian.org.
+// uses for DebianSuite; there is no built-in host (a machine behind a
+// firewall reaches only its own mirror).
 func debianMirror() (string, error) {
 	if m := os.Getenv("ONPREM_DEBIAN_MIRROR"); m != "" {
 		return m, nil
@@ -101,8 +102,11 @@ func debianMirror() (string, error) {
 			return e.uri, nil
 		}
 	}
-	return "http://deb.debian.org/debian", nil
+	return "", errNoMirror
 }
+
+// errNoMirror says how to name the Debian mirror when apt names none.
+var errNoMirror = fmt.Errorf("no Debian mirror: this machine's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d) name none for %s; set ONPREM_DEBIAN_MIRROR to the mirror's URL (the one apt would use for %s)", DebianSuite, DebianSuite)
 
 // debianSources is the sources.list of the images' root filesystems: the
 // suite and its updates from the mirror, and the security updates from

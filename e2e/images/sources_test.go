@@ -9,23 +9,23 @@ import (
 
 func TestAptEntries(t *testing.T) {
 	oneLine := `# comment
-deb http://deb.debian.org/debian bookworm main
+deb http://deb.example.com/debian bookworm main
 deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://mirror.local/debian bookworm-updates main contrib
-deb-src http://deb.debian.org/debian bookworm main
-deb http://security.debian.org/debian-security bookworm-security main # trailing
+deb-src http://deb.example.com/debian bookworm main
+deb http://security.example.com/debian-security bookworm-security main # trailing
 `
 	got := aptEntries(oneLine, false)
 	want := []aptEntry{
-		{"http://deb.debian.org/debian", "bookworm"},
+		{"http://deb.example.com/debian", "bookworm"},
 		{"http://mirror.local/debian", "bookworm-updates"},
-		{"http://security.debian.org/debian-security", "bookworm-security"},
+		{"http://security.example.com/debian-security", "bookworm-security"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("one-line: %v, want %v", got, want)
 	}
 	deb822 := `Types: deb
-# http://snapshot.debian.org/archive/debian/20250520T000000Z
-URIs: http://deb.debian.org/debian
+# http://snapshot.example.com/archive/debian/20250520T000000Z
+URIs: http://deb.example.com/debian
 Suites: bookworm bookworm-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -40,15 +40,15 @@ Suites: bookworm
 Enabled: no
 
 Types: deb
-URIs: http://deb.debian.org/debian-security
+URIs: http://deb.example.com/debian-security
 Suites: bookworm-security
 Components: main
 `
 	got = aptEntries(deb822, true)
 	want = []aptEntry{
-		{"http://deb.debian.org/debian", "bookworm"},
-		{"http://deb.debian.org/debian", "bookworm-updates"},
-		{"http://deb.debian.org/debian-security", "bookworm-security"},
+		{"http://deb.example.com/debian", "bookworm"},
+		{"http://deb.example.com/debian", "bookworm-updates"},
+		{"http://deb.example.com/debian-security", "bookworm-security"},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("deb822: %v, want %v", got, want)

@@ -34,7 +34,10 @@ func (b *builder) ensureRootfs(ctx context.Context) error {
 			_ = unmountUnder(work)
 			_ = os.RemoveAll(work)
 		}()
-		mirror := debianMirror()
+		mirror, err := debianMirror()
+		if err != nil {
+			return err
+		}
 		b.log("[rootfs] debootstrap %s from %s (about a minute and a half)", DebianSuite, mirror)
 		return b.runCmd(ctx, "rootfs", cmdOpts{}, "bash", "-c", asset("rootfs.sh"), "rootfs.sh",
 			work, mirror, DebianSuite, filepath.Join(tmp, filepath.Base(b.rootfsTar())),
@@ -51,10 +54,11 @@ func (b *builder) rootfsVersion() string {
 }
 
 // debianMirror is $ONPREM_DEBIAN_MIRROR, or the mirror apt uses for
-// DebianSuite on this machine, or deb.debian.org.
-func debianMirror() string {
+// DebianSuite on this machine; there is no built-in host (a machine behind
+// a firewall reaches only its own mirror).
+func debianMirror() (string, error) {
 	if m := os.Getenv("ONPREM_DEBIAN_MIRROR"); m != "" {
-		return m
+		return m, nil
 	}
 	var files []string
 	files = append(files, "/etc/apt/sources.list")
@@ -66,10 +70,10 @@ func debianMirror() string {
 			continue
 		}
 		if m := mirrorFrom(string(data), strings.HasSuffix(f, ".sources")); m != "" {
-			return m
+			return m, nil
 		}
 	}
-	return "http://deb.debian.org/debian"
+	return "", fmt.Errorf("no Debian mirror: this machine's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d) name none for %s; set ONPREM_DEBIAN_MIRROR to the mirror's URL", DebianSuite)
 }
 
 // mirrorFrom finds the URI that serves DebianSuite in an apt sources file,
