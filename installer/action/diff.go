@@ -2,7 +2,6 @@ package action
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"k8s.io/client-go/dynamic"
@@ -38,8 +37,7 @@ func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
 	defer l.Close()
 	res, err := render.Render(ctx, l.RenderOptions(d.Set))
 	if err != nil {
-		var se *render.SetError
-		if errors.As(err, &se) {
+		if render.IsInputError(err) {
 			return nil, inputErr(err)
 		}
 		return nil, err

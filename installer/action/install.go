@@ -92,8 +92,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	}
 	res, err := render.Render(ctx, l.RenderOptions(i.Set))
 	if err != nil {
-		var se *render.SetError
-		if errors.As(err, &se) {
+		if render.IsInputError(err) {
 			return nil, inputErr(err)
 		}
 		return nil, err

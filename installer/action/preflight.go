@@ -53,8 +53,7 @@ func (p *Preflight) Run(ctx context.Context) (*preflight.Report, error) {
 	defer l.Close()
 	res, err := render.Render(ctx, l.RenderOptions(p.Set))
 	if err != nil {
-		var se *render.SetError
-		if errors.As(err, &se) {
+		if render.IsInputError(err) {
 			return nil, inputErr(err)
 		}
 		return nil, err

@@ -2,7 +2,6 @@ package action
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -31,8 +30,7 @@ func (r *Render) Run(ctx context.Context) (*render.Result, error) {
 	}
 	res, err := render.Render(ctx, l.RenderOptions(r.Set))
 	if err != nil {
-		var se *render.SetError
-		if errors.As(err, &se) {
+		if render.IsInputError(err) {
 			return nil, inputErr(err)
 		}
 		return nil, err

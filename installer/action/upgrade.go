@@ -114,9 +114,8 @@ func versionErr(err error, set *release.Set, from string) error {
 	var ue *upgrade.UnknownVersionError
 	var de *upgrade.DowngradeError
 	var ne *upgrade.NoPathError
-	var se *render.SetError
 	switch {
-	case errors.As(err, &se):
+	case render.IsInputError(err):
 		return inputErr(err)
 	case errors.As(err, &ue) && ue.Installed:
 		return err

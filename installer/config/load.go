@@ -73,7 +73,9 @@ func Load(ctx context.Context, opts LoadOptions) (*Installation, *Source, error)
 
 	resolveOverlays(in, filepath.Dir(path))
 	SetDefaults(in)
-	err = Validate(in, src, opts.Validate)
+	vopts := opts.Validate
+	vopts.OverlayFolders = true
+	err = Validate(in, src, vopts)
 	if len(decodeErrs) == 0 {
 		if err != nil {
 			return nil, nil, err

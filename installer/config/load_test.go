@@ -13,6 +13,9 @@ import (
 func writeFile(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -175,22 +178,62 @@ func TestLoadReturnsErrorsForBadInput(t *testing.T) {
 }
 
 func TestLoadResolvesOverlaysAgainstTheFile(t *testing.T) {
-	dir := t.TempDir()
-	content := layered + "  overlays:\n    - overlays/labels\n    - ../shared/./policies\n    - /abs/overlay/\n"
+	root := t.TempDir()
+	dir := filepath.Join(root, "site")
+	abs := filepath.Join(root, "abs", "overlay")
+	want := []string{filepath.Join(dir, "overlays", "labels"), filepath.Join(root, "shared", "policies"), abs}
+	for _, d := range want {
+		writeFile(t, d, "kustomization.yaml", "kind: Component\n")
+	}
+	content := layered + "  overlays:\n    - overlays/labels\n    - ../shared/./policies\n    - " + abs + "/\n"
 	path := writeFile(t, dir, "onprem.yaml", content)
 	in, _, err := Load(context.Background(), LoadOptions{Path: path, Lookup: mapLookup(nil), Validate: testValidateOptions})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{
-		filepath.Join(dir, "overlays", "labels"),
-		filepath.Join(filepath.Dir(dir), "shared", "policies"),
-		"/abs/overlay",
-	}
 	for i, o := range in.Spec.Overlays {
 		if o != want[i] {
 			t.Errorf("overlays[%d] = %q, want %q", i, o, want[i])
 		}
+	}
+}
+
+// An overlay folder that is missing, not a folder, without a
+// kustomization, of the wrong kind, or naming a file it does not hold is a
+// configuration error naming spec.overlays[i] and its line.
+func TestLoadChecksOverlayFolders(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "empty"), "README", "nothing here\n")
+	writeFile(t, dir, "file-not-folder", "x\n")
+	writeFile(t, filepath.Join(dir, "with-resources"), "kustomization.yaml", "kind: Kustomization\nresources: [a.yaml]\n")
+	writeFile(t, filepath.Join(dir, "wrong-kind"), "kustomization.yaml", "kind: Deployment\n")
+	writeFile(t, filepath.Join(dir, "missing-patch"), "kustomization.yaml", "kind: Component\npatches:\n  - path: replicas.yaml\n")
+	writeFile(t, filepath.Join(dir, "broken-yaml"), "kustomization.yaml", "kind: [Component\n")
+	writeFile(t, filepath.Join(dir, "good"), "kustomization.yaml", "kind: Component\npatches:\n  - path: p.yaml\n")
+	writeFile(t, filepath.Join(dir, "good"), "p.yaml", "kind: Deployment\n")
+	content := layered + "  overlays:\n    - missing\n    - empty\n    - file-not-folder\n    - with-resources\n    - wrong-kind\n    - missing-patch\n    - broken-yaml\n    - good\n"
+	path := writeFile(t, dir, "onprem.yaml", content)
+	_, _, err := Load(context.Background(), LoadOptions{Path: path, Lookup: mapLookup(nil), Validate: testValidateOptions})
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("want configuration errors, got %v", err)
+	}
+	text := err.Error()
+	for _, want := range []string{
+		"spec.overlays[0]: folder " + filepath.Join(dir, "missing") + " does not exist",
+		"spec.overlays[1]: " + filepath.Join(dir, "empty") + " has no kustomization.yaml",
+		"spec.overlays[2]: " + filepath.Join(dir, "file-not-folder") + " is not a folder",
+		"spec.overlays[3]: ", "is a Kustomization with resources",
+		"spec.overlays[4]: ", "kind Deployment is not a kustomize Component",
+		"spec.overlays[5]: ", "names replicas.yaml, which is not in",
+		"spec.overlays[6]: ", "not a kustomization",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the errors lack %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "spec.overlays[7]") {
+		t.Errorf("the good overlay is reported:\n%s", text)
 	}
 }
 

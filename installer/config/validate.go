@@ -15,6 +15,10 @@ type ValidateOptions struct {
 	// KnownComponents are the component names of the release; when
 	// non-empty, every key of spec.components must be one of them.
 	KnownComponents []string
+	// OverlayFolders checks that each spec.overlays folder exists and
+	// holds a valid kustomization (Load sets it: the paths are resolved
+	// against the file's folder).
+	OverlayFolders bool
 }
 
 // Validate checks a defaulted installation (see SetDefaults) and returns
@@ -184,6 +188,12 @@ func (v *validator) overlays(s *Spec) {
 			continue
 		}
 		seen[clean] = i
+		if !v.opts.OverlayFolders {
+			continue
+		}
+		if msg := OverlayProblem(clean); msg != "" {
+			v.c.add(path, "", "%s", msg)
+		}
 	}
 }
 

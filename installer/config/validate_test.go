@@ -50,6 +50,7 @@ func TestValidateBadFiles(t *testing.T) {
 			`testdata/bad-values.yaml:29: spec.databases.rabbitmq.external: must be empty with mode internal (onprem runs rabbitmq in the cluster); set mode: external to use your own rabbitmq`,
 			`testdata/bad-values.yaml:31: spec.modules: no module is enabled: enable at least one of pipelines, gitops`,
 			`testdata/bad-values.yaml:37: spec.components.pipeline-api: unknown component; did you mean "pipelines-api"?`,
+			`testdata/bad-values.yaml:40: spec.overlays[0]: folder testdata/overlays/a does not exist (a relative path is relative to onprem.yaml's folder)`,
 			`testdata/bad-values.yaml:41: spec.overlays[1]: "testdata/overlays/a" is listed twice (also spec.overlays[0]): keep only one`,
 			`testdata/bad-values.yaml:45: spec.placement.tolerations[0].value: must be empty with operator Exists (Exists matches any value); use operator Equal to match "ci"`,
 			`testdata/bad-values.yaml:46: spec.placement.tolerations[0].tolerationSeconds: only with effect NoExecute (effect is not set): set effect: NoExecute or remove it`,

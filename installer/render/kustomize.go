@@ -50,8 +50,15 @@ func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.
 		return nil, err
 	}
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	var overlays []string
+	if !p.runner {
+		overlays = p.in.Spec.Overlays
+	}
 	rm, err := k.Run(mem, kustomizeRoot)
 	if err != nil {
+		if oe := overlayFailure(err, overlays, charted); oe != nil {
+			return nil, oe
+		}
 		return nil, fmt.Errorf("post-render (kustomize): %w", err)
 	}
 	out := make([]*unstructured.Unstructured, 0, rm.Size())
@@ -67,6 +74,9 @@ func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.
 			return nil, fmt.Errorf("post-render: %s: %w", r.CurId(), err)
 		}
 		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	if err := checkOverlayTargets(overlays, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

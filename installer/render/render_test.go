@@ -3,6 +3,7 @@ package render
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -469,6 +470,50 @@ func TestOverlayErrorsNameTheFolder(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.dir) {
 			t.Errorf("overlay %s: err = %v, want %q", c.dir, err, c.want)
 		}
+	}
+}
+
+// A patch that does not apply, or whose target matches nothing, is an
+// OverlayError naming the folder, the file, the patch's index, the object
+// and a hint; never kustomize's in-memory paths.
+func TestOverlayPatchErrors(t *testing.T) {
+	in, rel := load(t, "minimal")
+	for _, c := range []struct {
+		name, kustomization string
+		files               map[string]string
+		patch               int
+		want                []string
+	}{
+		{"add under a missing map", "kind: Component\npatches:\n  - target: {kind: Deployment, name: gitops-api}\n    patch: |\n      - op: replace\n        path: /spec/replicas\n        value: 2\n  - target: {kind: Deployment, name: gitops-api}\n    patch: |\n      - op: add\n        path: /spec/template/spec/nothing/here\n        value: 1\n",
+			nil, 1, []string{"on Deployment/gitops-api", "missing", "add the parent as a map first"}},
+		{"a target that matches nothing", "kind: Component\npatches:\n  - target: {kind: Deployment, name: gitops-apii}\n    patch: |\n      - op: replace\n        path: /spec/replicas\n        value: 2\n",
+			nil, 0, []string{"on Deployment/gitops-apii", "matches no object of the platform", "onprem render"}},
+		{"a strategic-merge patch of an object that does not exist", "kind: Component\npatches:\n  - path: replicas.yaml\n",
+			map[string]string{"replicas.yaml": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: nope}\nspec: {replicas: 2}\n"}, 0, []string{"Deployment/nope", "matches no object"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(c.kustomization), 0o644)
+			for n, body := range c.files {
+				os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644)
+			}
+			in.Spec.Overlays = []string{t.TempDir(), dir}
+			os.WriteFile(filepath.Join(in.Spec.Overlays[0], "kustomization.yaml"), []byte("kind: Component\ncommonAnnotations: {team: ci}\n"), 0o644)
+			_, err := Render(context.Background(), Options{Installation: in, Release: rel})
+			var oe *OverlayError
+			if !errors.As(err, &oe) || !IsInputError(err) {
+				t.Fatalf("err = %T %v", err, err)
+			}
+			want := append([]string{"spec.overlays[1] (" + filepath.Join(dir, "kustomization.yaml") + ") patches[" + strconv.Itoa(c.patch) + "]"}, c.want...)
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q: %v", w, err)
+				}
+			}
+			if strings.Contains(err.Error(), "/user/") || strings.Contains(err.Error(), "accumulat") {
+				t.Errorf("kustomize's internals: %v", err)
+			}
+		})
 	}
 }
 
