@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"net"
 	"net/http"
@@ -268,6 +269,10 @@ const FailMigrationEnv = "ONPREM_FAIL_MIGRATION"
 // Handler serves the endpoints.
 func (s *Service) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/" || r.URL.Path == "/index.html" {
+			s.front(w, r)
+			return
+		}
 		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 		last := parts[len(parts)-1]
 		if len(parts) >= 2 && parts[len(parts)-2] == "records" {
@@ -290,6 +295,31 @@ func (s *Service) Handler() http.Handler {
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint: " + r.URL.Path})
 		}
 	})
+}
+
+// frontPage is what a browser sees at the root: which service and version
+// this is, and whether what it depends on answers.
+var frontPage = template.Must(template.New("front").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{.Service}} {{.Version}}</title>
+<style>body{font-family:sans-serif;margin:2em}td,th{padding:.2em 1em;text-align:left}.ok{color:#070}.down{color:#b00}</style></head>
+<body><h1>{{.Service}}</h1>
+<p>Platform version <strong>{{.Version}}</strong>: {{if .Ready}}<span class="ok">ready</span>{{else}}<span class="down">not ready</span>{{end}}</p>
+{{if .Deps}}<table><tr><th>depends on</th><th>state</th></tr>
+{{range $name, $state := .Deps}}<tr><td>{{$name}}</td><td class="{{if eq $state "ok"}}ok{{else}}down{{end}}">{{$state}}</td></tr>
+{{end}}</table>{{else}}<p>It depends on no database.</p>{{end}}
+<p><a href="version">version</a> · <a href="deps">dependencies (JSON)</a></p>
+</body></html>
+`))
+
+// front serves the front page (200 when ready, 503 when not, like
+// readyz).
+func (s *Service) front(w http.ResponseWriter, r *http.Request) {
+	h := s.Check(r.Context())
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if !h.Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = frontPage.Execute(w, h)
 }
 
 func (s *Service) records(w http.ResponseWriter, r *http.Request, key string) {

@@ -186,4 +186,27 @@ func TestReferenceServiceAgainstRealServers(t *testing.T) {
 	if code != http.StatusServiceUnavailable || deps["redis"] == "ok" || deps["mongodb"] != "ok" {
 		t.Errorf("wrong redis password: %d %v", code, ready)
 	}
+
+	// The front page: the service, its version and its dependencies, for
+	// a browser; 503 while a dependency is down.
+	for _, c := range []struct {
+		h    http.Handler
+		code int
+		want []string
+	}{
+		{again.Handler(), http.StatusOK, []string{"<h1>pipelines-api</h1>", "2.8.0", ">ready<", "postgresql", "rabbitmq"}},
+		{broken.Handler(), http.StatusServiceUnavailable, []string{"not ready", "redis"}},
+	} {
+		rec := httptest.NewRecorder()
+		c.h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		body := rec.Body.String()
+		if rec.Code != c.code || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/html") {
+			t.Errorf("front page: %d %s", rec.Code, rec.Header().Get("Content-Type"))
+		}
+		for _, w := range c.want {
+			if !strings.Contains(body, w) {
+				t.Errorf("front page lacks %q:\n%s", w, body)
+			}
+		}
+	}
 }
