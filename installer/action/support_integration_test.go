@@ -3,8 +3,6 @@
 package action
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -14,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -217,32 +214,11 @@ func noSecretIn(t *testing.T, k kubernetes.Interface, files map[string][]byte) {
 
 func unpack(t *testing.T, file string) map[string][]byte {
 	t.Helper()
-	f, err := os.Open(file)
+	files, err := support.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	out := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rel, _ := strings.Cut(h.Name, "/")
-		out[rel] = b
-	}
+	return files
 }
 
 // wanted is a finding a broken state must produce.

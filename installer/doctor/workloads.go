@@ -293,7 +293,7 @@ var pvcPending = Analyzer{
 					fix = "set spec.storage.className to a StorageClass of the cluster, or mark one as default"
 				case class != "" && len(in.S.Cluster.StorageClasses) > 0 && !classes[class]:
 					ev = append(ev, fmt.Sprintf("the cluster has no StorageClass %q", class))
-					fix = fmt.Sprintf("set spec.storage.className (or the database's storageClass under spec.databases) to one of the cluster's StorageClasses (%s), or create %q", strings.Join(mapKeys(classes), ", "), class)
+					fix = fmt.Sprintf("set spec.storage.className (or the database's storageClass under spec.databases) to one of the cluster's StorageClasses (%s), or create %q", strings.Join(sortedKeys(classes), ", "), class)
 				}
 				ev = append(ev, in.events(ns, "PersistentVolumeClaim", pvc.Name)...)
 				out = append(out, Finding{Severity: Error, Component: componentOf(pvc.Labels, ""), Object: object("PersistentVolumeClaim", ns, pvc.Name),
@@ -304,14 +304,6 @@ var pvcPending = Analyzer{
 	},
 }
 
-func mapKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
 
 var volumeFullLine = regexp.MustCompile(`(?i)no space left on device|ENOSPC|disk (is )?full|database or disk is full|could not extend file`)
 
