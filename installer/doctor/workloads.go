@@ -304,7 +304,6 @@ var pvcPending = Analyzer{
 	},
 }
 
-
 var volumeFullLine = regexp.MustCompile(`(?i)no space left on device|ENOSPC|disk (is )?full|database or disk is full|could not extend file`)
 
 var volumeFull = Analyzer{
