@@ -117,7 +117,7 @@ func valuesOf(s *corev1.Secret) [][]byte {
 	for _, k := range keys {
 		v := s.Data[k]
 		switch {
-		case public[k], k == "ca.crt", k == "tls.crt", len(v) == 0:
+		case public[k], k == "ca.crt", k == "tls.crt", len(v) == 0, publicKey(s.Type, k):
 		case !generated && len(v) < minValueLength:
 		default:
 			out = append(out, v)
@@ -140,4 +140,17 @@ func RedactReport(rep *doctor.Report, r *Redactor) *doctor.Report {
 		out.Findings[i] = f
 	}
 	return out
+}
+
+// publicKey says whether a key of a Secret of Kubernetes' own types holds
+// no secret: a service account token's namespace, a bootstrap token's ID
+// (the public half of the token).
+func publicKey(t corev1.SecretType, key string) bool {
+	switch t {
+	case corev1.SecretTypeServiceAccountToken:
+		return key == "namespace"
+	case corev1.SecretTypeBootstrapToken:
+		return key == "token-id" || key == "usage-bootstrap-authentication" || key == "usage-bootstrap-signing" || key == "auth-extra-groups" || key == "description" || key == "expiration"
+	}
+	return false
 }

@@ -50,13 +50,15 @@ func TestSecretValuesChoosesWhatIsSecret(t *testing.T) {
 	own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine"}, Data: map[string][]byte{"short": []byte("abc"), "long": []byte("abcdefgh"), "tls.crt": []byte("cert-cert-cert")}}
 	helm := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sh.helm.release.v1.x.v1"}, Type: "helm.sh/release.v1", Data: map[string][]byte{"release": []byte("H4sIAAAAA")}}
 	st := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: state.SecretName}, Data: map[string][]byte{"state": []byte(`{"namespace": "onprem"}`)}}
+	sa := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ci-token"}, Type: corev1.SecretTypeServiceAccountToken,
+		Data: map[string][]byte{"namespace": []byte("onprem"), "token": []byte("eyJhbGciOiJSUzI1NiJ9.x.y")}}
 	var got []string
-	for _, s := range []*corev1.Secret{gen, own, helm, st} {
+	for _, s := range []*corev1.Secret{gen, own, helm, st, sa} {
 		for _, v := range valuesOf(s) {
 			got = append(got, string(v))
 		}
 	}
-	if strings.Join(got, ",") != "pw,abcdefgh" {
+	if strings.Join(got, ",") != "pw,abcdefgh,eyJhbGciOiJSUzI1NiJ9.x.y" {
 		t.Errorf("values = %v", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -22,7 +23,8 @@ import (
 // release records, onprem's state record and configuration (the bundle
 // holds them as they are), the keys a generated Secret declares public
 // (user names, certificates), certificates, and values shorter than 6
-// bytes (a redaction cannot hide "true" everywhere). Generated counts the
+// bytes (a redaction cannot hide "true" everywhere), and the public keys of
+// Kubernetes' own token Secrets. Generated counts the
 // values of Secrets onprem generated.
 func Needles(ctx context.Context, c kubernetes.Interface) (needles map[string]string, generated int, err error) {
 	list, err := c.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
@@ -36,7 +38,7 @@ func Needles(ctx context.Context, c kubernetes.Interface) (needles map[string]st
 		}
 		public := strings.Split(s.Annotations["onprem.dev/public-keys"], ",")
 		for key, v := range s.Data {
-			if slices.Contains(public, key) || key == "ca.crt" || key == "tls.crt" || len(v) < 6 {
+			if slices.Contains(public, key) || key == "ca.crt" || key == "tls.crt" || len(v) < 6 || kubernetesPublic(s.Type, key) {
 				continue
 			}
 			if s.Labels["onprem.dev/generated"] == "true" {
@@ -53,6 +55,19 @@ func Needles(ctx context.Context, c kubernetes.Interface) (needles map[string]st
 		}
 	}
 	return needles, generated, nil
+}
+
+// kubernetesPublic: the keys of Kubernetes' own Secret types that are not
+// secret (a service account token's namespace, a bootstrap token's ID and
+// settings; its secret half is token-secret).
+func kubernetesPublic(t corev1.SecretType, key string) bool {
+	switch t {
+	case corev1.SecretTypeServiceAccountToken:
+		return key == "namespace"
+	case corev1.SecretTypeBootstrapToken:
+		return key != "token-secret"
+	}
+	return false
 }
 
 // Leaks returns, for each file that holds a needle, the file and where the
