@@ -13,6 +13,12 @@ BENCHTIME    ?= 5x
 
 export ONPREM_CACHE
 
+# Static binaries, and one build cache for the tests and the binaries the
+# tests build (the onprem image of e2e/images, the binary the kind e2e
+# drives): the same CGO_ENABLED makes their compiled packages the same.
+CGO_ENABLED  ?= 0
+export CGO_ENABLED
+
 .PHONY: all build test unit fuzz vet fmt-check bench e2e demo clean
 
 all: build
