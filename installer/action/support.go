@@ -98,12 +98,13 @@ func (a *Collect) preflight(ctx context.Context, cl *kube.Cluster, s *snapshot.S
 		if src.ConfigPath, err = backup.UnpackConfig(dir, sec.Data); err != nil {
 			return nil, err
 		}
-		// The installed version, also after an upgrade --to another
-		// version than the file's.
-		if st := s.State; st != nil && st.Version != "" {
-			v := st.Version
-			src.Overrides.Version = &v
-		}
+	}
+	// The checks judge the cluster as it is: at the installed version,
+	// whatever version the file names (an upgrade --to another one, or a
+	// file written for the next upgrade).
+	if st := s.State; st != nil && st.Version != "" {
+		v := st.Version
+		src.Overrides.Version = &v
 	}
 	l, err := src.Load(ctx)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -64,7 +65,10 @@ func ensureNamespace(ctx context.Context, cl *kube.Cluster, ns, name string) err
 func applyCredentials(ctx context.Context, cl *kube.Cluster, ns, name, repoURL string, token []byte) error {
 	l := labels(name)
 	l[argoSecretTypeLabel] = "repo-creds"
+	// The URL (without credentials) and the user name are not secret: a
+	// support bundle keeps them (secrets.AnnotationPublicKeys).
 	ac := corev1ac.Secret(render.RuntimeGitCredentials, ns).WithLabels(l).WithType("Opaque").
+		WithAnnotations(map[string]string{secrets.AnnotationPublicKeys: keyURL + "," + keyUsername}).
 		WithData(map[string][]byte{keyURL: []byte(redactURL(repoURL)), keyUsername: []byte(GitUsername), keyPassword: token})
 	if _, err := cl.Client.CoreV1().Secrets(ns).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		return fmt.Errorf("runtime %s: applying Secret %s/%s (the Git token): %w", name, ns, render.RuntimeGitCredentials, err)

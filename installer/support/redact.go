@@ -102,10 +102,17 @@ func valuesOf(s *corev1.Secret) [][]byte {
 		return nil
 	}
 	generated := s.Labels[secrets.LabelGenerated] == "true"
+	// The keys a Secret declares public (onprem's generated Secrets and
+	// the runtime's Git credentials do; an operator may too), and the
+	// documented non-secret fields of Argo CD's repository and cluster
+	// Secrets.
 	public := map[string]bool{}
-	if generated {
-		for _, k := range strings.Split(s.Annotations[secrets.AnnotationPublicKeys], ",") {
-			public[strings.TrimSpace(k)] = true
+	for _, k := range strings.Split(s.Annotations[secrets.AnnotationPublicKeys], ",") {
+		public[strings.TrimSpace(k)] = true
+	}
+	if s.Labels[argoSecretType] != "" {
+		for _, k := range argoPublicKeys {
+			public[k] = true
 		}
 	}
 	keys := make([]string, 0, len(s.Data))
@@ -141,6 +148,13 @@ func RedactReport(rep *doctor.Report, r *Redactor) *doctor.Report {
 	}
 	return out
 }
+
+// argoSecretType labels Argo CD's repository, credential template and
+// cluster Secrets; argoPublicKeys are their fields that hold no secret
+// (the password, sshPrivateKey, config with its bearer token do).
+const argoSecretType = "argocd.argoproj.io/secret-type"
+
+var argoPublicKeys = []string{"url", "name", "server", "type", "project", "username", "namespaces", "clusterResources"}
 
 // publicKey says whether a key of a Secret of Kubernetes' own types holds
 // no secret: a service account token's namespace, a bootstrap token's ID

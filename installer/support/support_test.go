@@ -52,13 +52,17 @@ func TestSecretValuesChoosesWhatIsSecret(t *testing.T) {
 	st := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: state.SecretName}, Data: map[string][]byte{"state": []byte(`{"namespace": "onprem"}`)}}
 	sa := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ci-token"}, Type: corev1.SecretTypeServiceAccountToken,
 		Data: map[string][]byte{"namespace": []byte("onprem"), "token": []byte("eyJhbGciOiJSUzI1NiJ9.x.y")}}
+	git := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "onprem-runtime-git", Annotations: map[string]string{"onprem.dev/public-keys": "url,username"}},
+		Data: map[string][]byte{"url": []byte("https://git.example.com/config.git"), "username": []byte("onprem"), "password": []byte("ghp_token_value")}}
+	argo := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cluster-prod", Labels: map[string]string{"argocd.argoproj.io/secret-type": "cluster"}},
+		Data: map[string][]byte{"name": []byte("production"), "server": []byte("https://10.0.0.1:6443"), "config": []byte(`{"bearerToken":"abc123abc123"}`)}}
 	var got []string
-	for _, s := range []*corev1.Secret{gen, own, helm, st, sa} {
+	for _, s := range []*corev1.Secret{gen, own, helm, st, sa, git, argo} {
 		for _, v := range valuesOf(s) {
 			got = append(got, string(v))
 		}
 	}
-	if strings.Join(got, ",") != "pw,abcdefgh,eyJhbGciOiJSUzI1NiJ9.x.y" {
+	if strings.Join(got, ",") != `pw,abcdefgh,eyJhbGciOiJSUzI1NiJ9.x.y,ghp_token_value,{"bearerToken":"abc123abc123"}` {
 		t.Errorf("values = %v", got)
 	}
 }

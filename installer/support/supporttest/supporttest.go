@@ -23,8 +23,9 @@ import (
 // release records, onprem's state record and configuration (the bundle
 // holds them as they are), the keys a generated Secret declares public
 // (user names, certificates), certificates, and values shorter than 6
-// bytes (a redaction cannot hide "true" everywhere), and the public keys of
-// Kubernetes' own token Secrets. Generated counts the
+// bytes (a redaction cannot hide "true" everywhere), the public keys of
+// Kubernetes' own token Secrets, and the non-secret fields of Argo CD's
+// repository and cluster Secrets. Generated counts the
 // values of Secrets onprem generated.
 func Needles(ctx context.Context, c kubernetes.Interface) (needles map[string]string, generated int, err error) {
 	list, err := c.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
@@ -37,6 +38,10 @@ func Needles(ctx context.Context, c kubernetes.Interface) (needles map[string]st
 			continue
 		}
 		public := strings.Split(s.Annotations["onprem.dev/public-keys"], ",")
+		if s.Labels["argocd.argoproj.io/secret-type"] != "" {
+			// Argo CD's documented non-secret fields.
+			public = append(public, "url", "name", "server", "type", "project", "username", "namespaces", "clusterResources")
+		}
 		for key, v := range s.Data {
 			if slices.Contains(public, key) || key == "ca.crt" || key == "tls.crt" || len(v) < 6 || kubernetesPublic(s.Type, key) {
 				continue
