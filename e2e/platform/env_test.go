@@ -51,6 +51,9 @@ func (e *env) step(name string, f func()) {
 	e.t.Helper()
 	e.t.Logf("=== step: %s", name)
 	t0 := time.Now()
+	// A step fails when the test turns failed during it (a step after a
+	// failed one runs on, and is not blamed).
+	failedBefore := e.t.Failed()
 	done := false
 	defer func() {
 		if !done {
@@ -59,7 +62,7 @@ func (e *env) step(name string, f func()) {
 		}
 	}()
 	f()
-	done = !e.t.Failed()
+	done = failedBefore || !e.t.Failed()
 	took := time.Since(t0)
 	e.steps = append(e.steps, stepTime{Name: name, Took: took})
 	e.t.Logf("=== step done in %s: %s", took.Round(100*time.Millisecond), name)
