@@ -206,7 +206,10 @@ mv "$dir/onprem-restore.rdb" "$dir/appendonlydir.onprem-restore/appendonly.aof.1
 printf 'file appendonly.aof.1.base.rdb seq 1 type b\n' > "$dir/appendonlydir.onprem-restore/appendonly.aof.manifest"
 rm -rf "$dir/appendonlydir" "$dir/appendonly.aof" "$dir/dump.rdb"
 mv "$dir/appendonlydir.onprem-restore" "$dir/appendonlydir"
-redis-cli -h "$host" -p "$port" --no-auth-warning shutdown nosave >/dev/null 2>&1 || true
+# Redis is the container's first process: its exit stops the container and
+# kills this script with it. The shutdown is left to a child a moment
+# later, so that the script ends first, with its exit code.
+(sleep 1; redis-cli -h "$host" -p "$port" --no-auth-warning shutdown nosave) </dev/null >/dev/null 2>&1 &
 `)
 }
 
