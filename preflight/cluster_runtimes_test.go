@@ -18,8 +18,8 @@ func TestRuntimes(t *testing.T) {
 	c := testcluster.Start(t)
 	envFor := clusterEnv(t, c)
 	ctx := context.Background()
-	const local = "  runtimes:\n    - name: main\n      gitToken: {env: GIT_TOKEN}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
-	const remote = "  runtimes:\n    - name: main\n      gitToken: {env: GIT_TOKEN}\n    - name: edge\n      gitToken: {env: GIT_TOKEN}\n      cluster: {context: edge-cluster}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
+	const local = "  runtimes:\n    - name: main\n      gitToken: {env: GIT_TOKEN}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n    accountId: acc-1\n    platformToken: {env: PLATFORM_TOKEN}\n"
+	const remote = "  runtimes:\n    - name: main\n      gitToken: {env: GIT_TOKEN}\n    - name: edge\n      gitToken: {env: GIT_TOKEN}\n      cluster: {context: edge-cluster}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n    accountId: acc-1\n    platformToken: {env: PLATFORM_TOKEN}\n"
 
 	t.Run("no runtimes", func(t *testing.T) {
 		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec)), Pass, "no GitOps runtime is configured")
@@ -90,7 +90,7 @@ func TestRuntimes(t *testing.T) {
 			"use that Argo CD for the runtime: not supported yet", "remove that Argo CD", "another cluster")
 	})
 	t.Run("no runtime on the platform's cluster: not our business here", func(t *testing.T) {
-		only := "  runtimes:\n    - name: edge\n      gitToken: {env: GIT_TOKEN}\n      cluster: {context: edge-cluster}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
+		only := "  runtimes:\n    - name: edge\n      gitToken: {env: GIT_TOKEN}\n      cluster: {context: edge-cluster}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n    accountId: acc-1\n    platformToken: {env: PLATFORM_TOKEN}\n"
 		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+only)), Warn, "runtime edge (cluster edge-cluster)")
 	})
 	t.Run("our own Argo CD", func(t *testing.T) {

@@ -115,7 +115,7 @@ func TestBundleCommands(t *testing.T) {
 		Charts  []struct{ Name string }
 		Signed  bool
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &in) != nil || in.Release != "2.8.0" || len(in.Images) != 27 || !in.Signed || len(in.Charts) == 0 || stderr != "" {
+	if code != exitOK || json.Unmarshal([]byte(stdout), &in) != nil || in.Release != "2.8.0" || len(in.Images) != 39 || !in.Signed || len(in.Charts) == 0 || stderr != "" {
 		t.Fatalf("inspect -o json: %d %+v %q", code, in, stderr)
 	}
 	if !strings.HasPrefix(in.Images[0].Reference, "docker.io/library/traefik:v3.6.12@sha256:") {

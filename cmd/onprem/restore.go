@@ -36,9 +36,11 @@ everything but the services (ingress, databases, their users), restores
 every database, then starts the services, then installs again the runners
 and runtimes that ran on the lost cluster, with their Git sources and
 managed clusters. Runners and runtimes on other clusters were not lost and
-are left alone. A runtime's Git token is never in a backup: give it with
---git-token-file NAME=FILE (or ONPREM_GIT_TOKEN, or spec.runtimes[].gitToken);
-a runtime without one is listed with the command that installs it later.
+are left alone. A runtime's Git token and the platform token it registers
+with are never in a backup: give them with --git-token-file NAME=FILE (or
+ONPREM_GIT_TOKEN, or spec.runtimes[].gitToken) and --platform-token-file
+FILE (or ONPREM_PLATFORM_TOKEN, or spec.runtimeConfig.platformToken); a
+runtime without them is listed with the command that installs it later.
 
 Into an INSTALLED PLATFORM of the backup's version (a database volume
 lost, data damaged), it needs --force and a confirmation (or --yes): it
@@ -107,6 +109,7 @@ above; nothing changed), 3 cluster unreachable.`,
 	cmd.Flags().BoolVar(&a.Force, "force", false, "restore into an installed platform, replacing its databases' contents")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm --force without asking")
 	cmd.Flags().BoolVar(&a.IncludeRedis, "include-redis", false, "also restore Redis's data when the backup has it")
+	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtimes register with again (default: $"+runtime.PlatformTokenEnv+" or spec.runtimeConfig.platformToken)")
 	cmd.Flags().StringArrayVar(&tokenFiles, "git-token-file", nil, "RUNTIME=FILE: the Git token of a runtime to install again (repeatable; default: $"+runtime.TokenEnv+" or spec.runtimes[].gitToken)")
 	addFetchFlags(cmd, &a.RuntimeFetch)
 	cmd.Flags().StringArrayVar(&a.SkipChecks, "skip-check", nil, "skip this preflight check (repeatable; recorded in the state)")

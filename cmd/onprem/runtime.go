@@ -38,6 +38,9 @@ variable ONPREM_GIT_TOKEN, never from a flag value (it would land in shell
 history). It is checked against the configuration repository before
 anything is created, stored only as a Secret on the runtime's cluster
 (onprem-runtime-git in its namespace) and never printed, logged or recorded.
+The platform token a runtime registers with is read and kept the same way
+(--platform-token-file or ONPREM_PLATFORM_TOKEN; Secret
+onprem-runtime-platform-token).
 
 The runtime chart is the release's: fetched from its chart repository (OCI
 or HTTP), from a mirror (--chart-repository), or taken from the bundle of the
@@ -129,12 +132,38 @@ Before anything is created: the name must be free in the installation, the
 cluster must run no other runtime and no foreign Argo CD, and the Git host
 must accept the token (a refused token leaves nothing behind, exit 2).
 
+What the operator provides:
+  the platform account    spec.runtimeConfig.accountId, or --account ID
+  the platform token      a platform user token the runtime registers with:
+                          --platform-token-file FILE, $ONPREM_PLATFORM_TOKEN
+                          or spec.runtimeConfig.platformToken (first install
+                          only: later runs reuse the one on the cluster)
+  the Git token           --git-token-file FILE, $ONPREM_GIT_TOKEN or
+                          spec.runtimes[].gitToken (first install only)
+  how it is reached       spec.runtimes[].access: an Ingress (default, host
+                          NAME.runtimes.DOMAIN, the platform's IngressClass),
+                          a tunnel, or a URL of the operator's
+
+What onprem fills in, at the paths the release's runtime chart reads them
+(the release manifest's runtime.contract): the runtime's name, the platform
+URL (https://DOMAIN), the account, whether it holds the configuration, the
+tokens and the platform's CA as Secret references (never values), access,
+placement and proxies from onprem.yaml, and every image of the chart,
+relocated to spec.registry.
+
 What it creates on the runtime's cluster: the namespace (Pod Security
-"restricted"), the Secret onprem-runtime-git (the token, as an Argo CD
-credential template for the configuration repository), and the Helm release
-runtime-NAME. In the configuration repository: the resources/ layout on the
-first runtime, and resources/configuration naming the configuration runtime.`,
-		Example: `  ONPREM_GIT_TOKEN=... onprem runtime install -c onprem.yaml
+"restricted"), the Secrets onprem-runtime-git (the Git token, as an Argo CD
+credential template for the configuration repository),
+onprem-runtime-platform-token and, when the platform's certificate is
+onprem's self-signed one (or the operator's Secret carries ca.crt),
+onprem-runtime-platform-ca; and the Helm release runtime-NAME. In the
+configuration repository: the resources/ layout on the first runtime, and
+resources/configuration naming the configuration runtime.
+
+What onprem never stores: the tokens anywhere but those Secrets (not in its
+state, a backup, a log or an output).`,
+		Example: `  ONPREM_GIT_TOKEN=... ONPREM_PLATFORM_TOKEN=... onprem runtime install -c onprem.yaml --account 64f0c1d2e3a4b5c6d7e8f901
+  onprem runtime install -c onprem.yaml --git-token-file git-token.txt --platform-token-file platform-token.txt
   onprem runtime install edge -c onprem.yaml --runtime-context edge --git-token-file /run/secrets/git-token
   onprem runtime install -c onprem.yaml --config-repo https://git.example.com/platform/gitops.git --config-repo-path runtimes --git-token-file token.txt
   onprem runtime install -c onprem.yaml --chart-repository oci://registry.example.com/charts --git-token-file token.txt`,
@@ -152,6 +181,9 @@ first runtime, and resources/configuration naming the configuration runtime.`,
 	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "spec.runtimes[]'s, else the platform's")
 	cmd.Flags().StringVar(&a.Namespace, "runtime-namespace", "", "the runtime's namespace (default: spec.runtimes[]'s, else the runtime's name)")
 	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding the Git token (default: the environment variable "+runtime.TokenEnv+", then spec.runtimes[].gitToken)")
+	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtime registers with (default: the environment variable "+runtime.PlatformTokenEnv+", then spec.runtimeConfig.platformToken)")
+	cmd.Flags().StringVar(&a.AccountID, "account", "", "the platform account the runtime registers with (default: spec.runtimeConfig.accountId)")
+	refuseTokenValueFlags(cmd)
 	cmd.Flags().StringVar(&a.Repository.URL, "config-repo", "", "the configuration repository's https URL (default: spec.runtimeConfig.repository.url; only before the first runtime)")
 	cmd.Flags().StringVar(&a.Repository.Branch, "config-repo-branch", "", "its branch (default: the repository's default branch)")
 	cmd.Flags().StringVar(&a.Repository.Path, "config-repo-path", "", "the folder inside it (default: its root)")
@@ -188,6 +220,8 @@ others.`,
 	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runtime of the installation")
 	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding a new Git token (default: keep the one on the runtime's cluster)")
+	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding a new platform token (default: keep the one on the runtime's cluster)")
+	refuseTokenValueFlags(cmd)
 	addFetchFlags(cmd, &a.Fetch)
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each runtime may take to become ready")
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
@@ -270,7 +304,9 @@ func newRuntimeDesignateCmd() *cobra.Command {
 configuration repository's resources/configuration is rewritten to name it
 (one commit, pushed with NAME's Git token, read from its cluster), then the
 installation records it. Do this before uninstalling the configuration
-runtime while others exist.`,
+runtime while others exist. Then tell the runtimes' charts which one holds
+the configuration (their configuration-runtime value) with
+'onprem runtime upgrade PREVIOUS NAME', as the output says.`,
 		Example: `  onprem runtime designate-config edge`,
 		Args:    inputArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -283,6 +319,9 @@ runtime while others exist.`,
 				fmt.Fprintf(w, "runtime %s now holds the configuration (was: %s)\n", r.ConfigRuntime, orNone(r.Previous))
 				if r.RepositoryCommit != "" {
 					fmt.Fprintf(w, "configuration repository: commit %s\n", r.RepositoryCommit)
+				}
+				if r.Next != "" {
+					fmt.Fprintf(w, "next: %s (tells the runtimes' charts)\n", r.Next)
 				}
 			}, func(r *runtime.DesignateResult) bool { return r != nil && r.ConfigRuntime != "" })
 		},
@@ -599,5 +638,24 @@ func printManagedRemoval(w io.Writer, r *managedcluster.RemoveResult) {
 	}
 	for _, s := range r.Kept {
 		fmt.Fprintf(w, "kept: %s\n", s)
+	}
+}
+
+// refuseTokenValueFlags adds hidden --git-token and --platform-token flags
+// that refuse a token given as a value: it would land in shell history.
+func refuseTokenValueFlags(cmd *cobra.Command) {
+	for _, f := range []struct{ flag, file, env string }{
+		{"git-token", "--git-token-file", runtime.TokenEnv},
+		{"platform-token", "--platform-token-file", runtime.PlatformTokenEnv},
+	} {
+		var v string
+		cmd.Flags().StringVar(&v, f.flag, "", "")
+		_ = cmd.Flags().MarkHidden(f.flag)
+		cmd.PreRunE = chain(cmd.PreRunE, func(c *cobra.Command, _ []string) error {
+			if c.Flags().Changed(f.flag) {
+				return inputError{fmt.Errorf("--%s: a token is never given as a value (it would land in shell history): give a file with %s, or the environment variable %s", f.flag, f.file, f.env)}
+			}
+			return nil
+		})
 	}
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/e2e/testservers"
@@ -13,7 +16,7 @@ import (
 )
 
 const runtimeConfig = "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
-	"  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n"
+	"  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n    accountId: acc-1\n"
 
 // Bad arguments exit 2 before any cluster is reached; an unreachable
 // platform cluster exits 3; the token is never taken from a flag value.
@@ -30,7 +33,11 @@ func TestRuntimeCommandsBadInput(t *testing.T) {
 	}{
 		{[]string{"runtime", "install", "Bad_Name"}, exitInput, `runtime name "Bad_Name"`},
 		{[]string{"runtime", "install", "a", "b"}, exitInput, "accepts at most 1 arg"},
-		{[]string{"runtime", "install", "--git-token", "x"}, exitInput, "unknown flag: --git-token"},
+		{[]string{"runtime", "install", "--git-token", "x"}, exitInput, "--git-token: a token is never given as a value (it would land in shell history): give a file with --git-token-file, or the environment variable ONPREM_GIT_TOKEN"},
+		{[]string{"runtime", "install", "--platform-token", "x"}, exitInput, "--platform-token: a token is never given as a value (it would land in shell history): give a file with --platform-token-file, or the environment variable ONPREM_PLATFORM_TOKEN"},
+		{[]string{"runtime", "upgrade", "a", "--platform-token=x"}, exitInput, "never given as a value"},
+		{[]string{"runtime", "install", "--platform-token-file", filepath.Join(dir, "missing"), "--kubeconfig", kc}, exitInput, "--platform-token-file: reading the platform token"},
+		{[]string{"runtime", "upgrade", "a", "b", "--platform-token-file", "f"}, exitInput, "apply to one runtime"},
 		{[]string{"runtime", "install", "--git-token-file", filepath.Join(dir, "missing"), "--kubeconfig", kc}, exitInput, "reading the Git token"},
 		{[]string{"runtime", "install", "--namespace", "x"}, exitInput, "ambiguous"},
 		{[]string{"runtime", "install", "-o", "xml"}, exitInput, "-o xml"},
@@ -49,6 +56,18 @@ func TestRuntimeCommandsBadInput(t *testing.T) {
 			t.Errorf("%v: exit %d (want %d), stdout %q, stderr %s", c.args, code, c.code, stdout, stderr)
 		}
 	}
+	// A runtime needs the platform account: the field and the flag are
+	// named.
+	noAccount := strings.Replace(runtimeConfig, "    accountId: acc-1\n", "", 1)
+	if err := os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte(noAccount), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := cli(t, dir, "runtime", "install", "--kubeconfig", kc); code != exitInput || !strings.Contains(stderr, "spec.runtimeConfig.accountId: required") || !strings.Contains(stderr, "--account ID") {
+		t.Errorf("without an account: %d %s", code, stderr)
+	}
+	if code, _, stderr := cli(t, dir, "runtime", "install", "--kubeconfig", kc, "--account", "acc-2", "--git-token-file", filepath.Join(dir, "onprem.yaml")); code != exitCluster {
+		t.Errorf("--account: %d %s", code, stderr)
+	}
 	// Runtimes need the GitOps module.
 	if err := os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte(runtimeConfig+"  modules:\n    gitops: {enabled: false}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -59,7 +78,9 @@ func TestRuntimeCommandsBadInput(t *testing.T) {
 	// The help teaches where the token comes from and which cluster each
 	// flag names.
 	for args, wants := range map[string][]string{
-		"runtime install --help":     {"--git-token-file", "ONPREM_GIT_TOKEN", "--runtime-context", "--chart-repository", "refused token leaves nothing behind"},
+		"runtime install --help": {"--git-token-file", "ONPREM_GIT_TOKEN", "--runtime-context", "--chart-repository", "refused token leaves nothing behind",
+			"--platform-token-file", "ONPREM_PLATFORM_TOKEN", "--account", "What onprem fills in", "What onprem never stores", "runtime.contract"},
+		"runtime upgrade --help":     {"--platform-token-file"},
 		"runtime --help":             {"designate-config", "git-source", "cluster", "one runtime per cluster"},
 		"runtime cluster --help":     {"least-privilege", "--platform-context"},
 		"runtime cluster add --help": {"--platform-context", "exit code 3"},
@@ -85,7 +106,7 @@ func TestRuntimeCommandsAgainstACluster(t *testing.T) {
 	mirror := runtimetest.ServeOCI(t, "0.26.0")
 	dir := t.TempDir()
 	cfg := "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
-		"  modules:\n    pipelines: {enabled: false}\n  runtimeConfig:\n    repository: {url: " + repoURL + "}\n"
+		"  modules:\n    pipelines: {enabled: false}\n  runtimeConfig:\n    repository: {url: " + repoURL + "}\n    accountId: acc-1\n"
 	if err := os.WriteFile(filepath.Join(dir, "onprem.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +117,12 @@ func TestRuntimeCommandsAgainstACluster(t *testing.T) {
 	bad := filepath.Join(dir, "wrong")
 	os.WriteFile(good, []byte(token+"\n"), 0o600)
 	os.WriteFile(bad, []byte("not-the-token\n"), 0o600)
-	base := []string{"runtime", "install", "--kubeconfig", c.Kubeconfig, "--chart-repository", mirror, "--chart-plain-http"}
+	const platformToken = "platform-token-8d2e41"
+	ptoken := filepath.Join(dir, "platform-token")
+	os.WriteFile(ptoken, []byte(platformToken+"\n"), 0o600)
+	t.Setenv("ONPREM_PLATFORM_TOKEN", "")
+	noPlatformToken := []string{"runtime", "install", "--kubeconfig", c.Kubeconfig, "--chart-repository", mirror, "--chart-plain-http"}
+	base := append(append([]string{}, noPlatformToken...), "--platform-token-file", ptoken)
 	all := ""
 	run := func(args ...string) (int, string, string) {
 		code, stdout, stderr := cli(t, dir, args...)
@@ -107,6 +133,15 @@ func TestRuntimeCommandsAgainstACluster(t *testing.T) {
 	code, stdout, stderr := run(append(base, "--git-token-file", bad)...)
 	if code != exitInput || stdout != "" || !strings.Contains(stderr, "refused authentication") {
 		t.Errorf("wrong token: exit %d, stdout %q, stderr %s", code, stdout, stderr)
+	}
+	// Without the platform token: exit 2 naming where it is given, and
+	// nothing created.
+	code, stdout, stderr = run(append(noPlatformToken, "--git-token-file", good)...)
+	if code != exitInput || stdout != "" || !strings.Contains(stderr, "a platform token is required") || !strings.Contains(stderr, "--platform-token-file FILE") {
+		t.Errorf("no platform token: exit %d, stdout %q, stderr %s", code, stdout, stderr)
+	}
+	if _, err := c.Client.CoreV1().Namespaces().Get(context.Background(), "codefresh", metav1.GetOptions{}); err == nil {
+		t.Error("the runtime's namespace was created without a platform token")
 	}
 	kc := goneKubeconfig(t, dir)
 	if code, _, stderr := run(append(base, "--git-token-file", good, "--runtime-kubeconfig", kc)...); code != exitCluster || !strings.Contains(stderr, kc) {
@@ -133,5 +168,8 @@ func TestRuntimeCommandsAgainstACluster(t *testing.T) {
 	}
 	if strings.Contains(all, token) {
 		t.Error("the Git token was printed")
+	}
+	if strings.Contains(all, platformToken) {
+		t.Error("the platform token was printed")
 	}
 }

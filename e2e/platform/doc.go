@@ -27,7 +27,11 @@
 //  8. `onprem runner install` (the runner stand-in image as agent and
 //     engine) and the runner `runner list` shows ready;
 //     `onprem runtime install` of the fixture GitOps runtime chart against
-//     a real Git server, and `runtime list`;
+//     a real Git server, and `runtime list`; the upstream chart's contract
+//     read back from the installed objects (runtime_test.go: name,
+//     platform URL and account, token and CA Secret references, every
+//     image relocated, the runtime's host answering through the ingress
+//     controller);
 //  9. a support bundle of the whole platform holds no value of any Secret
 //     of the cluster, and `support-bundle analyze` reads it offline;
 //     disaster recovery (recovery_test.go);

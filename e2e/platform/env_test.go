@@ -186,13 +186,17 @@ spec:
       values:
         nodePorts: {http: 30080, https: %d}
   overlays: [%s]
-`, version, namespace, domain, e.registry, httpsNodePort, strings.Join(overlays, ", "))
+  runtimeConfig: {accountId: %s}
+`, version, namespace, domain, e.registry, httpsNodePort, strings.Join(overlays, ", "), e2eAccount)
 	path := filepath.Join(e.dir, name)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
 	return path
 }
+
+// e2eAccount is the platform account the e2e's runtime registers with.
+const e2eAccount = "e2e-account-0001"
 
 // cpuPatch lowers the first container's CPU request of every object of
 // kind to 10m: the sizing profile's requests add up to more than the two

@@ -228,12 +228,18 @@ func TestPlatform(t *testing.T) {
 		if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		platformTokenFile := filepath.Join(dir, "platform-token")
+		if err := os.WriteFile(platformTokenFile, []byte(e2ePlatformToken), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		c := e.writeConfig("onprem-runtime.yaml", mid)
 		out := e.onprem("runtime", "install", "codefresh", "-c", c, "--bundle", bundles[mid],
-			"--config-repo", configURL, "--git-token-file", tokenFile, "--kubeconfig", e.kubeconfig, "--timeout", "4m")
-		if strings.Contains(out, token) {
-			t.Fatal("runtime install printed the Git token")
+			"--config-repo", configURL, "--git-token-file", tokenFile, "--platform-token-file", platformTokenFile,
+			"--kubeconfig", e.kubeconfig, "--timeout", "4m")
+		if strings.Contains(out, token) || strings.Contains(out, e2ePlatformToken) {
+			t.Fatal("runtime install printed a token")
 		}
+		e.checkRuntimeContract(ctx, "codefresh")
 		var list action.RuntimeListResult
 		e.onpremJSON(&list, "runtime", "list", "-c", c, "--kubeconfig", e.kubeconfig)
 		if len(list.Runtimes) != 1 || list.Runtimes[0].Name != "codefresh" || !list.Runtimes[0].Ready || !list.Runtimes[0].Config {

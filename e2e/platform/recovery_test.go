@@ -180,8 +180,12 @@ func (e *env) disasterRecovery(ctx context.Context, version, bundle string, reco
 		if err := os.WriteFile(tokenFile, []byte(gitToken), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		platformTokenFile := filepath.Join(e.dir, "platform-token-restore")
+		if err := os.WriteFile(platformTokenFile, []byte(e2ePlatformToken), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		e.onpremJSON(&res, append([]string{"restore", "--from", bucket(), "--latest", "--identity", keys.IdentityFile,
-			"--bundle", bundle, "--include-redis", "--git-token-file", "codefresh=" + tokenFile,
+			"--bundle", bundle, "--include-redis", "--git-token-file", "codefresh=" + tokenFile, "--platform-token-file", platformTokenFile,
 			"--kubeconfig", e.kubeconfig, "--timeout", "8m"}, dest()...)...)
 		if res.Mode != action.RestoreEmptyCluster || res.Version != version {
 			t.Fatalf("restore: %+v", res)

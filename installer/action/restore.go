@@ -78,16 +78,21 @@ type Restore struct {
 	// ONPREM_GIT_TOKEN), then spec.runtimes[].gitToken.
 	GitTokenFiles map[string]string
 	TokenEnv      string
-	RuntimeFetch  RuntimeFetch
-	SkipChecks    []string
-	Concurrency   int
-	Timeout       time.Duration
-	LockWait      time.Duration
-	LockLease     time.Duration
-	WorkDir       string
-	Reporter      apply.Reporter
-	Progress      func(backup.Progress)
-	Preflight     func(*preflight.Report)
+	// PlatformTokenFile is the platform token the runtimes register with
+	// again; when empty, $ONPREM_PLATFORM_TOKEN, then
+	// spec.runtimeConfig.platformToken. Like Git tokens, it is not in
+	// backups.
+	PlatformTokenFile string
+	RuntimeFetch      RuntimeFetch
+	SkipChecks        []string
+	Concurrency       int
+	Timeout           time.Duration
+	LockWait          time.Duration
+	LockLease         time.Duration
+	WorkDir           string
+	Reporter          apply.Reporter
+	Progress          func(backup.Progress)
+	Preflight         func(*preflight.Report)
 	// Exec runs the restore tools (default: in the pods, through the API
 	// server).
 	Exec podexec.Executor
@@ -625,7 +630,14 @@ func (r *Restore) attach(ctx context.Context, o *backup.Opened, l *Loaded, cfgPa
 				name, msg, name, name, rec.Namespace))
 			continue
 		}
-		a := &RuntimeInstall{Source: src, Cluster: r.Cluster, Name: name, Namespace: rec.Namespace, TokenFile: file, TokenEnv: env,
+		if r.PlatformTokenFile == "" && !hasPlatformToken(l.Installation) {
+			msg := "the platform token it registers with is not in backups (it lives only on the runtime's cluster): give it to install the runtime again"
+			out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "skipped", Message: msg})
+			out.Todo = append(out.Todo, fmt.Sprintf("runtime %s: %s: onprem restore ... --platform-token-file FILE, or onprem runtime install %s --namespace %s --platform-token-file FILE -c onprem.yaml",
+				name, msg, name, rec.Namespace))
+			continue
+		}
+		a := &RuntimeInstall{Source: src, Cluster: r.Cluster, Name: name, Namespace: rec.Namespace, TokenFile: file, TokenEnv: env, PlatformTokenFile: r.PlatformTokenFile,
 			Fetch: r.RuntimeFetch, Timeout: r.Timeout, LockWait: r.LockWait, LockLease: r.LockLease, Reporter: r.Reporter}
 		if _, err := a.Run(ctx); err != nil {
 			out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "failed", Message: err.Error()})
@@ -654,6 +666,12 @@ func hasToken(in *config.Installation, name, env string) bool {
 		}
 	}
 	return false
+}
+
+// hasPlatformToken reports whether the platform token is available
+// without a file: $ONPREM_PLATFORM_TOKEN or spec.runtimeConfig.platformToken.
+func hasPlatformToken(in *config.Installation) bool {
+	return os.Getenv(runtime.PlatformTokenEnv) != "" || in.Spec.RuntimeConfig.PlatformToken != (config.SecretSource{})
 }
 
 // restoreRuntimeObjects creates the runtime's Git sources (Argo CD

@@ -53,6 +53,14 @@ type RuntimeInstall struct {
 	// TokenEnv (default runtime.TokenEnv), then spec.runtimes[].gitToken.
 	TokenFile string
 	TokenEnv  string
+	// PlatformTokenFile holds the platform user token the runtime
+	// registers with; when empty, the environment variable
+	// PlatformTokenEnv (default runtime.PlatformTokenEnv), then
+	// spec.runtimeConfig.platformToken. Needed on the first install only.
+	PlatformTokenFile string
+	PlatformTokenEnv  string
+	// AccountID replaces spec.runtimeConfig.accountId.
+	AccountID string
 	// Repository replaces spec.runtimeConfig.repository (the first runtime
 	// only: runtimes share one).
 	Repository config.GitRepository
@@ -97,11 +105,22 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
 	if a.Repository.URL != "" {
 		l.Installation.Spec.RuntimeConfig.Repository = a.Repository
 	}
+	if a.AccountID != "" {
+		l.Installation.Spec.RuntimeConfig.AccountID = a.AccountID
+	}
+	if err := needAccount(l.Installation); err != nil {
+		return nil, err
+	}
 	token, err := gitToken(a.TokenFile, a.TokenEnv, rt.GitToken)
 	if err != nil {
 		return nil, err
 	}
 	defer clear(token)
+	ptoken, err := platformToken(a.PlatformTokenFile, a.PlatformTokenEnv, l.Installation.Spec.RuntimeConfig.PlatformToken)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(ptoken)
 
 	pc, err := kube.Connect(ctx, a.Cluster)
 	if err != nil {
@@ -117,7 +136,7 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
 	}
 	defer unlock()
 	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
-	return installRuntime(ctx, l, p, p.State.Version, runtime.Target{Runtime: rt, Cluster: cl, Ref: rt.Cluster, Token: token},
+	return installRuntime(ctx, l, p, p.State.Version, runtime.Target{Runtime: rt, Cluster: cl, Ref: rt.Cluster, Token: token, PlatformToken: ptoken},
 		runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
 }
 
@@ -134,11 +153,13 @@ type RuntimeUpgrade struct {
 	RuntimeCluster config.ClusterRef
 	// TokenFile replaces the Git token (one runtime only).
 	TokenFile string
-	Fetch     RuntimeFetch
-	Timeout   time.Duration
-	LockWait  time.Duration
-	LockLease time.Duration
-	Reporter  apply.Reporter
+	// PlatformTokenFile replaces the platform token (one runtime only).
+	PlatformTokenFile string
+	Fetch             RuntimeFetch
+	Timeout           time.Duration
+	LockWait          time.Duration
+	LockLease         time.Duration
+	Reporter          apply.Reporter
 }
 
 // Run upgrades the runtimes one after the other; one that fails does not
@@ -149,10 +170,10 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
 		return nil, inputErr(errors.New("give runtime names or --all, not both"))
 	case !a.All && len(a.Names) == 0:
 		return nil, inputErr(errors.New("name the runtimes to upgrade, or give --all"))
-	case len(a.Names) != 1 && (!a.RuntimeCluster.IsPlatformCluster() || a.TokenFile != ""):
-		return nil, inputErr(errors.New("--runtime-kubeconfig, --runtime-context and --git-token-file apply to one runtime: upgrade the others on their own"))
+	case len(a.Names) != 1 && (!a.RuntimeCluster.IsPlatformCluster() || a.TokenFile != "" || a.PlatformTokenFile != ""):
+		return nil, inputErr(errors.New("--runtime-kubeconfig, --runtime-context, --git-token-file and --platform-token-file apply to one runtime: upgrade the others on their own"))
 	}
-	var token []byte
+	var token, ptoken []byte
 	if a.TokenFile != "" {
 		t, err := gitToken(a.TokenFile, "-", config.SecretSource{})
 		if err != nil {
@@ -161,11 +182,22 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
 		token = t
 		defer clear(token)
 	}
+	if a.PlatformTokenFile != "" {
+		t, err := platformToken(a.PlatformTokenFile, "-", config.SecretSource{})
+		if err != nil {
+			return nil, err
+		}
+		ptoken = t
+		defer clear(ptoken)
+	}
 	l, err := a.Source.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close()
+	if err := needAccount(l.Installation); err != nil {
+		return nil, err
+	}
 	pc, err := kube.Connect(ctx, a.Cluster)
 	if err != nil {
 		return nil, err
@@ -207,7 +239,7 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
 				n, rec.Server, describeOptions(ref), cl.Server)))
 			continue
 		}
-		t := runtime.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token}
+		t := runtime.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token, PlatformToken: ptoken}
 		res, err := installRuntime(ctx, l, p, p.State.Version, t, runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
 		if res != nil {
 			out = append(out, *res)
@@ -564,23 +596,39 @@ func needGitOps(in *config.Installation) error {
 // space (a file's last newline) is dropped. The token is never in an
 // error.
 func gitToken(file, env string, declared config.SecretSource) ([]byte, error) {
-	read := func(path, what string) ([]byte, error) {
+	if env == "" {
+		env = runtime.TokenEnv
+	}
+	return readToken("Git token", "--git-token-file", "spec.runtimes[].gitToken", file, env, declared)
+}
+
+// platformToken reads the platform token like gitToken, from
+// --platform-token-file, runtime.PlatformTokenEnv or
+// spec.runtimeConfig.platformToken.
+func platformToken(file, env string, declared config.SecretSource) ([]byte, error) {
+	if env == "" {
+		env = runtime.PlatformTokenEnv
+	}
+	return readToken("platform token", "--platform-token-file", "spec.runtimeConfig.platformToken", file, env, declared)
+}
+
+// readToken reads a token from file (flag names it), else the environment
+// variable env ("-": none), else declared (field names it).
+func readToken(what, flag, field, file, env string, declared config.SecretSource) ([]byte, error) {
+	read := func(path, from string) ([]byte, error) {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, inputErr(fmt.Errorf("%s: reading the Git token: %w", what, err))
+			return nil, inputErr(fmt.Errorf("%s: reading the %s: %w", from, what, err))
 		}
 		t := bytes.TrimSpace(b)
 		clear(b[len(t):])
 		if len(t) == 0 {
-			return nil, inputErr(fmt.Errorf("%s: the Git token file %s is empty", what, path))
+			return nil, inputErr(fmt.Errorf("%s: the %s file %s is empty", from, what, path))
 		}
 		return t, nil
 	}
 	if file != "" {
-		return read(file, "--git-token-file")
-	}
-	if env == "" {
-		env = runtime.TokenEnv
+		return read(file, flag)
 	}
 	if env != "-" {
 		if v := os.Getenv(env); v != "" {
@@ -589,15 +637,24 @@ func gitToken(file, env string, declared config.SecretSource) ([]byte, error) {
 	}
 	switch {
 	case declared.File != "":
-		return read(declared.File, "spec.runtimes[].gitToken.file")
+		return read(declared.File, field+".file")
 	case declared.Env != "":
 		v := os.Getenv(declared.Env)
 		if v == "" {
-			return nil, inputErr(fmt.Errorf("spec.runtimes[].gitToken.env: the environment variable %s is empty or unset: export the runtime's Git token in it", declared.Env))
+			return nil, inputErr(fmt.Errorf("%s.env: the environment variable %s is empty or unset: export the %s in it", field, declared.Env, what))
 		}
 		return []byte(v), nil
 	}
 	return nil, nil
+}
+
+// needAccount refuses a runtime without the platform account it
+// registers with.
+func needAccount(in *config.Installation) error {
+	if in.Spec.RuntimeConfig.AccountID == "" {
+		return inputErr(errors.New("spec.runtimeConfig.accountId: required: the platform account the runtime registers with (its ID, from the platform's account settings): set it in onprem.yaml, or give --account ID"))
+	}
+	return nil
 }
 
 // declaredRuntime is one runtime of spec.runtimes[] on its way through
@@ -607,6 +664,7 @@ type declaredRuntime struct {
 	runtime config.Runtime
 	cluster *kube.Cluster
 	token   []byte
+	ptoken  []byte
 	// managed are the clusters of its managedClusters[], reached.
 	managed []*kube.Cluster
 }
@@ -641,11 +699,17 @@ func connectRuntimes(ctx context.Context, in *config.Installation, platform kube
 		if err != nil {
 			return nil, fmt.Errorf("spec.runtimes[%d]: %w", i, err)
 		}
-		d := declaredRuntime{index: i, runtime: rt, cluster: cl, token: token}
+		ptoken, err := platformToken("", "-", in.Spec.RuntimeConfig.PlatformToken)
+		if err != nil {
+			clear(token)
+			return nil, err
+		}
+		d := declaredRuntime{index: i, runtime: rt, cluster: cl, token: token, ptoken: ptoken}
 		for j, mc := range rt.ManagedClusters {
 			ext, err := runtime.Connect(ctx, fmt.Sprintf("spec.runtimes[%d].managedClusters[%d] (%s)", i, j, mc.Name), mc.Cluster, platform, nil)
 			if err != nil {
 				clear(token)
+				clear(ptoken)
 				return nil, err
 			}
 			d.managed = append(d.managed, ext)
@@ -664,10 +728,11 @@ func convergeRuntimes(ctx context.Context, l *Loaded, p *runtime.Platform, versi
 	defer func() {
 		for _, d := range declared {
 			clear(d.token)
+			clear(d.ptoken)
 		}
 	}()
 	for _, d := range declared {
-		res, err := installRuntime(ctx, l, p, version, runtime.Target{Runtime: d.runtime, Cluster: d.cluster, Ref: d.runtime.Cluster, Token: d.token}, o, f)
+		res, err := installRuntime(ctx, l, p, version, runtime.Target{Runtime: d.runtime, Cluster: d.cluster, Ref: d.runtime.Cluster, Token: d.token, PlatformToken: d.ptoken}, o, f)
 		if res != nil {
 			out = append(out, *res)
 		}

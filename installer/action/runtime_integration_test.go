@@ -56,14 +56,19 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	fetch := RuntimeFetch{ChartRepository: chartRepo}
 	fetch.Chart.PlainHTTP = true
 
-	src, pcl := clusterConfig(t, platform, gitopsPlatform+"  runtimeConfig:\n    repository: {url: "+configURL+", path: platform}\n")
+	src, pcl := clusterConfig(t, platform, gitopsPlatform+"  runtimeConfig:\n    repository: {url: "+configURL+", path: platform}\n    accountId: acc-1\n")
 	if _, err := (&Install{Source: src, Cluster: pcl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rref := config.ClusterRef{Kubeconfig: remote.Kubeconfig}
-	install := func(name string, ref config.ClusterRef, tokenPath string) (*runtime.Result, error) {
+	const platformToken = "platform-token-7c1e5b"
+	platformTokenPath := tokenFile(t, platformToken)
+	installWith := func(name string, ref config.ClusterRef, tokenPath, platformTokenPath string) (*runtime.Result, error) {
 		return (&RuntimeInstall{Source: src, Cluster: pcl, Name: name, RuntimeCluster: ref, TokenFile: tokenPath, TokenEnv: "-",
-			Fetch: fetch, Timeout: 2 * time.Minute}).Run(ctx)
+			PlatformTokenFile: platformTokenPath, PlatformTokenEnv: "-", Fetch: fetch, Timeout: 2 * time.Minute}).Run(ctx)
+	}
+	install := func(name string, ref config.ClusterRef, tokenPath string) (*runtime.Result, error) {
+		return installWith(name, ref, tokenPath, platformTokenPath)
 	}
 	target := Target{Cluster: pcl, ConfigPath: src.ConfigPath}
 	records := func() map[string]bool {
@@ -96,6 +101,15 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 		t.Errorf("no token: %v", err)
 	}
 
+	// No platform token: named, nothing created.
+	if _, err := installWith("", rref, tokenFile(t, token), ""); !errors.As(err, &ie) || !strings.Contains(err.Error(), "a platform token is required") ||
+		!strings.Contains(err.Error(), "--platform-token-file") {
+		t.Errorf("no platform token: %v", err)
+	}
+	if _, err := remote.Client.CoreV1().Namespaces().Get(ctx, "codefresh", metav1.GetOptions{}); err == nil {
+		t.Error("a missing platform token left the runtime's namespace behind")
+	}
+
 	// The first runtime, default name, on the remote cluster.
 	res, err := install("", rref, tokenFile(t, token))
 	if err != nil {
@@ -123,6 +137,41 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 		d, err := remote.Client.AppsV1().Deployments("codefresh").Get(ctx, dep, metav1.GetOptions{})
 		if err != nil || d.Status.ReadyReplicas != 1 {
 			t.Errorf("Deployment codefresh/%s: %v", dep, err)
+		}
+	}
+	// The upstream contract, in the installed objects: the platform token
+	// and the platform's CA (self-signed here) on the runtime's cluster,
+	// referenced by the chart; the runtime's name, the platform's URL and
+	// account, its designation.
+	if got := secretData(t, remote.Client, "codefresh", render.RuntimePlatformToken); string(got[render.RuntimePlatformTokenKey]) != platformToken {
+		t.Error("the platform token Secret does not hold the token given")
+	}
+	platformCA := secretData(t, platform.Client, "onprem", "onprem-tls")["ca.crt"]
+	if got := secretData(t, remote.Client, "codefresh", render.RuntimePlatformCA); len(platformCA) == 0 || !bytes.Equal(got[render.RuntimePlatformCAKey], platformCA) {
+		t.Error("the runtime's cluster does not hold the platform's CA")
+	}
+	if _, raw := runnerState(t, platform.Client); bytes.Contains(raw, []byte(platformToken)) {
+		t.Error("the platform token is in the installation's state")
+	}
+	proxy, err := remote.Client.AppsV1().Deployments("codefresh").Get(ctx, "app-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, e := range proxy.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+		if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil {
+			env[e.Name] = "secret:" + r.SecretKeyRef.Name + "/" + r.SecretKeyRef.Key
+		}
+	}
+	for k, v := range map[string]string{
+		"RUNTIME_NAME": "codefresh", "CODEFRESH_URL": "https://ci.example.com", "CODEFRESH_ACCOUNT_ID": "acc-1", "IS_CONFIGURATION_RUNTIME": "true",
+		"CODEFRESH_USER_TOKEN": "secret:" + render.RuntimePlatformToken + "/" + render.RuntimePlatformTokenKey,
+		"GIT_PASSWORD":         "secret:" + render.RuntimeGitCredentials + "/password",
+		"NODE_EXTRA_CA_CERTS":  "/etc/ssl/platform/" + render.RuntimePlatformCAKey,
+	} {
+		if env[k] != v {
+			t.Errorf("app-proxy %s = %q, want %q", k, env[k], v)
 		}
 	}
 
@@ -233,7 +282,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Previous != "codefresh" || d.ConfigRuntime != "edge" || d.RepositoryCommit == "" {
+	if d.Previous != "codefresh" || d.ConfigRuntime != "edge" || d.RepositoryCommit == "" || d.Next != "onprem runtime upgrade codefresh edge -c onprem.yaml" {
 		t.Errorf("designate: %+v", d)
 	}
 	if who, err := configrepo.ConfigRuntime(ctx, repo); err != nil || who != "edge" {
@@ -260,6 +309,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	// token comes from the environment variable the file names.
 	t.Setenv("RUNTIME_GIT_TOKEN", token)
 	declared := gitopsPlatform + "  runtimeConfig:\n    repository: {url: " + configURL + ", path: platform}\n    configRuntime: edge\n" +
+		"    accountId: acc-1\n    platformToken: {file: " + platformTokenPath + "}\n" +
 		"  runtimes:\n    - name: edge\n      gitToken: {env: RUNTIME_GIT_TOKEN}\n      gitSources:\n        - name: apps\n          repository: {url: " + appsURL + ", path: staging}\n" +
 		"    - name: codefresh\n      gitToken: {env: RUNTIME_GIT_TOKEN}\n      cluster: {kubeconfig: " + remote.Kubeconfig + "}\n"
 	src2, _ := clusterConfig(t, platform, declared)

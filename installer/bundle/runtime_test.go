@@ -83,7 +83,12 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 	// reach: the bundle is made from the mirror.
 	rel.Runtime = &release.RemoteChart{
 		Chart: name, ChartVersion: version, Repository: "oci://charts.example.invalid/upstream",
-		Images: map[string]string{"images.argocd": runtimeImage},
+		Images: []release.ChartImage{{Image: runtimeImage, Repository: "argo-cd.global.image.repository", Tag: "argo-cd.global.image.tag"}},
+		Contract: map[string]string{
+			release.ContractRuntimeName: "global.runtime.name", release.ContractPlatformURL: "global.codefresh.url",
+			release.ContractAccountID: "global.codefresh.accountId", release.ContractPlatformToken: "global.codefresh.userToken.secretKeyRef",
+			release.ContractGitPassword: "global.runtime.gitCredentials.password.secretKeyRef",
+		},
 		Values: map[string]any{"server": map[string]any{"replicas": 2}},
 	}
 	dir := t.TempDir()
@@ -106,7 +111,7 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 	}
 	defer b.Close()
 	rc := b.Release().Runtime
-	if rc == nil || rc.Digest != digest || rc.Repository != rel.Runtime.Repository || rc.ChartVersion != version || rc.Images["images.argocd"] != runtimeImage {
+	if rc == nil || rc.Digest != digest || rc.Repository != rel.Runtime.Repository || rc.ChartVersion != version || len(rc.Images) != 1 || rc.Images[0] != rel.Runtime.Images[0] || rc.Contract[release.ContractRuntimeName] != "global.runtime.name" {
 		t.Fatalf("the bundle's runtime: %+v, want digest %s", rc, digest)
 	}
 	ch, err := charts.LoadFrom(b.Charts(), name)

@@ -192,6 +192,22 @@ type Runtime struct {
 	GitToken        SecretSource     `json:"gitToken,omitempty" doc:"Git token of the runtime: read from a file or an environment variable, never written in this file. Stored only as a Secret on the runtime's cluster."`
 	GitSources      []GitSource      `json:"gitSources,omitempty" doc:"Git sources the runtime syncs, each an Argo CD Application."`
 	ManagedClusters []ManagedCluster `json:"managedClusters,omitempty" doc:"External clusters registered to this runtime."`
+	Access          RuntimeAccess    `json:"access,omitempty" doc:"How the platform reaches the runtime: an Ingress (default), a tunnel, or a URL of the operator's."`
+}
+
+// Ways the platform reaches a runtime (RuntimeAccess.Mode).
+const (
+	RuntimeAccessIngress = "ingress"
+	RuntimeAccessTunnel  = "tunnel"
+	RuntimeAccessURL     = "url"
+)
+
+// RuntimeAccess is how the platform reaches a runtime.
+type RuntimeAccess struct {
+	Mode      string `json:"mode,omitempty" enum:"ingress,tunnel,url" doc:"ingress: the runtime's chart creates an Ingress on its cluster; tunnel: no Ingress, the chart's tunnel client connects out; url: no Ingress, the operator routes url to the runtime. Default: ingress."`
+	Host      string `json:"host,omitempty" doc:"Host name of the runtime's Ingress. Default: NAME.runtimes.DOMAIN (the runtime's name under spec.domain)."`
+	ClassName string `json:"className,omitempty" doc:"IngressClass of the runtime's Ingress. Default: the platform's (spec.ingress.className)."`
+	URL       string `json:"url,omitempty" doc:"With mode url: the https URL the platform reaches the runtime at."`
 }
 
 // SecretSource says where a secret value is read from at run time.
@@ -223,6 +239,8 @@ type ManagedCluster struct {
 type RuntimeConfig struct {
 	Repository    GitRepository `json:"repository,omitempty" doc:"The shared configuration repository of all runtimes."`
 	ConfigRuntime string        `json:"configRuntime,omitempty" doc:"Runtime that holds the configuration (resources/configuration). Default: the first runtime."`
+	AccountID     string        `json:"accountId,omitempty" doc:"The platform account the runtimes register with (the account's ID, shown in the platform's account settings)."`
+	PlatformToken SecretSource  `json:"platformToken,omitempty" doc:"The platform user token a runtime registers with: read from a file or an environment variable, never written in this file. Stored only as a Secret on each runtime's cluster."`
 }
 
 // Backup schedules backups of the platform (installer/backup) to a bucket.

@@ -68,6 +68,8 @@ func TestValidateBadFiles(t *testing.T) {
 			`testdata/bad-workloads.yaml:22: spec.runtimes[1].cluster: spec.runtimes[0] already runs on the platform's cluster: one runtime per cluster; set cluster.kubeconfig or cluster.context to another cluster`,
 			`testdata/bad-workloads.yaml:24: spec.runtimes[1].gitToken.env: "1TOKEN" is not a valid environment variable name (valid: letters, digits and '_', not starting with a digit, e.g. GIT_TOKEN)`,
 			`testdata/bad-workloads.yaml:27: spec.runtimes[1].managedClusters[0].cluster: required: how onprem reaches the cluster: set context and/or kubeconfig`,
+			`testdata/bad-workloads.yaml:28: spec.runtimeConfig.accountId: required: the platform account the runtimes register with (its ID, from the platform's account settings)`,
+			`testdata/bad-workloads.yaml:28: spec.runtimeConfig.platformToken: required: where the platform token the runtimes register with is read from: file (a file holding it) or env (an environment variable holding it)`,
 			`testdata/bad-workloads.yaml:28: spec.runtimeConfig.repository.url: required: the repository's clone URL, e.g. https://git.example.com/platform/gitops.git`,
 			`testdata/bad-workloads.yaml:29: spec.runtimeConfig.configRuntime: "secnd" is not one of the runtimes (valid: codefresh, second); did you mean "second"?`,
 		}},
@@ -182,7 +184,7 @@ func TestValidateRules(t *testing.T) {
 		{"runtimes without gitops", func(in *Installation) {
 			in.Spec.Modules.GitOps.Enabled = ptr(false)
 			in.Spec.Runtimes = []Runtime{{Name: "a", Namespace: "a", GitToken: SecretSource{Env: "T"}}}
-			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://g/x.git"}, ConfigRuntime: "a"}
+			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://g/x.git"}, ConfigRuntime: "a", AccountID: "acc", PlatformToken: SecretSource{Env: "PT"}}
 		}, []string{
 			`spec.runtimes: GitOps runtimes need the gitops module: enable spec.modules.gitops or remove the runtimes`}},
 		{"component names", func(in *Installation) {
@@ -227,13 +229,14 @@ func TestValidateRules(t *testing.T) {
 		{"two unnamed runtimes", func(in *Installation) {
 			in.Spec.Runtimes = []Runtime{{GitToken: SecretSource{Env: "T"}}, {GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Context: "b"}}}
 			in.Spec.RuntimeConfig.Repository.URL = "https://git.example.com/c.git"
+			in.Spec.RuntimeConfig.AccountID, in.Spec.RuntimeConfig.PlatformToken = "acc", SecretSource{File: "/t"}
 			SetDefaults(in)
 		}, []string{
 			`spec.runtimes[0].name: required: a unique name for the runtime (a DNS label); only a single runtime may leave it out, and is then named codefresh`,
 			`spec.runtimes[1].name: required: a unique name for the runtime (a DNS label); only a single runtime may leave it out, and is then named codefresh`}},
 		{"runtime without token, duplicate name", func(in *Installation) {
 			in.Spec.Runtimes = []Runtime{{Name: "a", Namespace: "a"}, {Name: "a", Namespace: "a", GitToken: SecretSource{File: "t"}, Cluster: ClusterRef{Kubeconfig: "k"}}}
-			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a"}
+			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a", AccountID: "acc", PlatformToken: SecretSource{Env: "PT"}}
 		}, []string{
 			`spec.runtimes[0].gitToken: required: where the runtime's Git token is read from: file (a file holding it) or env (an environment variable holding it)`,
 			`spec.runtimes[1].name: duplicate runtime name "a" (also spec.runtimes[0]): runtime names must be unique`}},
@@ -243,7 +246,7 @@ func TestValidateRules(t *testing.T) {
 				{Name: "b", Namespace: "b", GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Kubeconfig: "/k", Context: "prod"}},
 				{Name: "c", Namespace: "c", GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Kubeconfig: "/k", Context: "dev"}},
 			}
-			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a"}
+			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a", AccountID: "acc", PlatformToken: SecretSource{Env: "PT"}}
 		}, []string{
 			`spec.runtimes[1].cluster: spec.runtimes[0] already runs on the cluster of kubeconfig "/k", context "prod": one runtime per cluster; set cluster.kubeconfig or cluster.context to another cluster`}},
 		{"runtime config without runtimes: a bad URL", func(in *Installation) {
@@ -257,14 +260,29 @@ func TestValidateRules(t *testing.T) {
 			`spec.runtimeConfig.configRuntime: set but there is no repository: set spec.runtimeConfig.repository.url, or remove configRuntime`}},
 		{"runtime config url scheme", func(in *Installation) {
 			in.Spec.Runtimes = []Runtime{{Name: "a", Namespace: "a", GitToken: SecretSource{Env: "T"}}}
-			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "git.example.com/c.git"}, ConfigRuntime: "a"}
+			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "git.example.com/c.git"}, ConfigRuntime: "a", AccountID: "acc", PlatformToken: SecretSource{Env: "PT"}}
 		}, []string{
 			`spec.runtimeConfig.repository.url: "git.example.com/c.git" has no scheme (valid: an http:// or https:// URL, e.g. https://git.example.com/platform/gitops.git); did you mean "https://git.example.com/c.git"?`}},
+		{"runtimes without account or platform token, bad access", func(in *Installation) {
+			in.Spec.Runtimes = []Runtime{
+				{Name: "a", Namespace: "a", GitToken: SecretSource{Env: "T"}, Access: RuntimeAccess{Mode: "tunel"}},
+				{Name: "b", Namespace: "b", GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Context: "b"}, Access: RuntimeAccess{Mode: "url", Host: "b.example.com"}},
+				{Name: "c", Namespace: "c", GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Context: "c"}, Access: RuntimeAccess{Host: "Not_A_Host", URL: "https://c.example.com"}},
+			}
+			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a", PlatformToken: SecretSource{Env: "1P"}}
+		}, []string{
+			`spec.runtimeConfig.accountId: required: the platform account the runtimes register with (its ID, from the platform's account settings)`,
+			`spec.runtimeConfig.platformToken.env: "1P" is not a valid environment variable name (valid: letters, digits and '_', not starting with a digit, e.g. GIT_TOKEN)`,
+			`spec.runtimes[0].access.mode: "tunel" is not valid (valid: ingress, tunnel, url); did you mean "tunnel"?`,
+			`spec.runtimes[1].access: mode url has no Ingress; remove host and className, or use mode ingress`,
+			`spec.runtimes[1].access.url: required: the https URL the platform reaches the runtime at, e.g. https://edge.example.com`,
+			`spec.runtimes[2].access.host: "Not_A_Host" is not a host name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+			`spec.runtimes[2].access.url: only used with mode url; set mode: url, or remove url`}},
 		{"managed clusters", func(in *Installation) {
 			in.Spec.Runtimes = []Runtime{{Name: "a", Namespace: "a", GitToken: SecretSource{Env: "T"}, ManagedClusters: []ManagedCluster{
 				{Name: "x", Cluster: ClusterRef{Context: "x"}}, {Name: "x", Cluster: ClusterRef{Context: "y"}}, {Cluster: ClusterRef{Context: "z"}},
 			}}}
-			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a"}
+			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a", AccountID: "acc", PlatformToken: SecretSource{Env: "PT"}}
 		}, []string{
 			`spec.runtimes[0].managedClusters[1].name: duplicate managed cluster name "x" (also spec.runtimes[0].managedClusters[0]): names must be unique`,
 			`spec.runtimes[0].managedClusters[2].name: required: a unique name for the managed cluster (a DNS label)`}},

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Validation of build runners and GitOps runtimes.
@@ -93,19 +96,53 @@ func (v *validator) runtimes(s *Spec) {
 		}
 
 		v.gitToken(path+".gitToken", rt.GitToken)
+		v.runtimeAccess(path+".access", rt.Access)
 		v.gitSources(path, rt.GitSources)
 		v.managedClusters(path, rt.ManagedClusters)
 	}
 }
 
 func (v *validator) gitToken(path string, t SecretSource) {
+	v.secretSource(path, t, "the runtime's Git token")
+}
+
+func (v *validator) secretSource(path string, t SecretSource, what string) {
 	switch {
 	case t.File != "" && t.Env != "":
 		v.c.add(path, "", "set either file or env, not both")
 	case t.File == "" && t.Env == "":
-		v.required(path, "where the runtime's Git token is read from: file (a file holding it) or env (an environment variable holding it)")
+		v.required(path, "where "+what+" is read from: file (a file holding it) or env (an environment variable holding it)")
 	case t.Env != "":
 		v.check(path+".env", checkEnvName(t.Env), "")
+	}
+}
+
+func (v *validator) runtimeAccess(path string, a RuntimeAccess) {
+	switch a.Mode {
+	case "", RuntimeAccessIngress:
+		if a.URL != "" {
+			v.c.add(path+".url", "set mode: url, or remove url", "only used with mode url")
+		}
+	case RuntimeAccessTunnel:
+		if a.URL != "" || a.Host != "" || a.ClassName != "" {
+			v.c.add(path, "remove host, className and url, or use mode ingress or url", "mode tunnel has no Ingress and no URL")
+		}
+	case RuntimeAccessURL:
+		if a.URL == "" {
+			v.required(path+".url", "the https URL the platform reaches the runtime at, e.g. https://edge.example.com")
+		} else {
+			msg, hint := checkHTTPURL(a.URL, "https", "https://edge.example.com")
+			v.check(path+".url", msg, hint)
+		}
+		if a.Host != "" || a.ClassName != "" {
+			v.c.add(path, "remove host and className, or use mode ingress", "mode url has no Ingress")
+		}
+	}
+	// Any other mode: the enum check names it.
+	if a.Host != "" {
+		if msgs := validation.IsDNS1123Subdomain(a.Host); len(msgs) > 0 {
+			v.c.add(path+".host", "", "%q is not a host name: %s", a.Host, strings.Join(msgs, "; "))
+		}
 	}
 }
 
@@ -168,9 +205,16 @@ func (v *validator) runtimeConfig(s *Spec) {
 		if rc.ConfigRuntime != "" {
 			v.check(path+".configRuntime", checkDNSLabel(rc.ConfigRuntime), "")
 		}
+		if rc.PlatformToken != (SecretSource{}) {
+			v.secretSource(path+".platformToken", rc.PlatformToken, "the platform token the runtimes register with")
+		}
 		return
 	}
 	v.gitURL(path+".repository.url", rc.Repository.URL)
+	if rc.AccountID == "" {
+		v.required(path+".accountId", "the platform account the runtimes register with (its ID, from the platform's account settings)")
+	}
+	v.secretSource(path+".platformToken", rc.PlatformToken, "the platform token the runtimes register with")
 
 	var names []string
 	for _, rt := range s.Runtimes {

@@ -178,6 +178,48 @@ func TestRunnerSectionIsValidated(t *testing.T) {
 	}
 }
 
+// The runtime's contract and image paths: unknown keys, missing required
+// keys, malformed paths, an image at no path or at two kinds of path, and
+// a path written twice are each named.
+func TestRuntimeSectionIsValidated(t *testing.T) {
+	runtime := `runtime:
+  chart: gitops-runtime
+  chartVersion: 1.0.0
+  repository: oci://quay.io/codefresh
+  contract:
+    runtimeName: global.runtime.name
+    platformUrl: global.codefresh.url
+    accountID: global..accountId
+    gitPassword: global.runtime.name
+  images:
+    - {image: web}
+    - {image: web, reference: a.ref, tag: a.tag}
+    - {image: web, repository: b.repo}
+    - {image: nowhere, repository: c.repo, tag: c.tag}
+    - {image: web, repository: c.repo, tag: c.tag}
+migrations:`
+	_, err := Parse([]byte(strings.Replace(malformed, "migrations:", runtime, 1)))
+	for _, want := range []string{
+		`runtime.contract.platformUrl: not a contract key (valid: runtimeName, platformURL,`,
+		`runtime.contract.accountID: "global..accountId" is not a values path`,
+		`runtime.contract.runtimeName: values path global.runtime.name is also written by runtime.contract.gitPassword`,
+		`runtime.contract.platformURL: required`,
+		`runtime.contract.platformToken: required`,
+		`runtime.images[0]: where the chart reads image "web" is required`,
+		`runtime.images[1]: give reference alone, or repository and tag (and registry), not both`,
+		`runtime.images[2].tag: required with repository`,
+		`runtime.images[3].image: "nowhere" is not in images`,
+		`runtime.images[4]: values path c.repo is also written by runtime.images[3]`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "c.tag is also written") {
+		t.Errorf("a shared tag path reported: %v", err)
+	}
+}
+
 func TestUnknownFieldIsRejected(t *testing.T) {
 	_, err := Parse([]byte("apiVersion: onprem.dev/v1alpha1\nkind: Release\nversion: 1.0.0\ncomponets: []\n"))
 	if err == nil || !strings.Contains(err.Error(), `unknown field "componets"`) {

@@ -77,14 +77,81 @@ type RemoteChart struct {
 	// Digest pins the chart archive (sha256:...); a fetched archive that
 	// does not match it is refused. Bundles always pin.
 	Digest string `json:"digest,omitempty"`
-	// Images maps values paths of the chart (dot-separated, such as
-	// images.argocd) to image names of the release: each path receives
-	// the image's full reference (relocated to spec.registry, pinned by
-	// digest when the release pins it).
-	Images map[string]string `json:"images"`
+	// Contract says where this chart version reads what onprem fills in:
+	// each key is one of RuntimeContractKeys, each value a dot-separated
+	// values path of the chart (global.runtime.name). The mapping lives
+	// here, per release, so that a chart version that moves a value needs
+	// a new manifest, not new code.
+	Contract map[string]string `json:"contract,omitempty"`
+	// Images says where the chart reads each of its images: a release
+	// image written at one path as a full reference, or split into
+	// registry, repository and tag paths the way the chart's subcharts
+	// expect.
+	Images []ChartImage `json:"images"`
 	// Values is the release's layer of the chart's values.
 	Values map[string]any `json:"values,omitempty"`
 }
+
+// ChartImage is where a chart reads one release image. Either Reference
+// (the whole reference, repository:tag[@digest]) or Repository is set;
+// with Repository, Tag receives the tag (tag@digest when pinned) and
+// Registry, when set, the registry host, Repository then getting the path
+// under it. Several images may share a Tag path when they share the tag.
+type ChartImage struct {
+	Image      string `json:"image"`
+	Reference  string `json:"reference,omitempty"`
+	Registry   string `json:"registry,omitempty"`
+	Repository string `json:"repository,omitempty"`
+	Tag        string `json:"tag,omitempty"`
+}
+
+// Paths are the values paths the entry writes.
+func (c ChartImage) Paths() []string {
+	var out []string
+	for _, p := range []string{c.Reference, c.Registry, c.Repository, c.Tag} {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// The keys of RemoteChart.Contract: what onprem fills in for a GitOps
+// runtime (installer/render RenderRuntime says what each one receives).
+const (
+	ContractRuntimeName     = "runtimeName"
+	ContractPlatformURL     = "platformURL"
+	ContractAccountID       = "accountID"
+	ContractPlatformToken   = "platformToken"
+	ContractPlatformCA      = "platformCA"
+	ContractConfigRuntime   = "configurationRuntime"
+	ContractGitUsername     = "gitUsername"
+	ContractGitPassword     = "gitPassword"
+	ContractIngressEnabled  = "ingressEnabled"
+	ContractIngressClass    = "ingressClassName"
+	ContractIngressHosts    = "ingressHosts"
+	ContractIngressProtocol = "ingressProtocol"
+	ContractIngressURL      = "ingressURL"
+	ContractTunnelEnabled   = "tunnelEnabled"
+	ContractNodeSelector    = "nodeSelector"
+	ContractTolerations     = "tolerations"
+	ContractHTTPProxy       = "httpProxy"
+	ContractHTTPSProxy      = "httpsProxy"
+	ContractNoProxy         = "noProxy"
+)
+
+// RuntimeContractKeys are every key a runtime contract may map; the
+// required ones are what a runtime cannot work without (its name, the
+// platform it registers with and how, and its Git credentials).
+var (
+	RuntimeContractKeys = []string{
+		ContractRuntimeName, ContractPlatformURL, ContractAccountID, ContractPlatformToken, ContractPlatformCA,
+		ContractConfigRuntime, ContractGitUsername, ContractGitPassword, ContractIngressEnabled, ContractIngressClass,
+		ContractIngressHosts, ContractIngressProtocol, ContractIngressURL, ContractTunnelEnabled, ContractNodeSelector,
+		ContractTolerations, ContractHTTPProxy, ContractHTTPSProxy, ContractNoProxy,
+	}
+	RequiredContractKeys = []string{ContractRuntimeName, ContractPlatformURL, ContractAccountID, ContractPlatformToken, ContractGitPassword}
+)
 
 // Addon is a chart of the release that is installed apart from the
 // platform's components (the build runner).

@@ -3,6 +3,7 @@ package release
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -166,14 +167,51 @@ func (r *Release) Validate() error {
 		if len(rc.Images) == 0 {
 			bad("runtime.images: the runtime needs at least one image")
 		}
-		keys := make([]string, 0, len(rc.Images))
-		for k := range rc.Images {
-			keys = append(keys, k)
+		written := map[string]string{}
+		for i, ci := range rc.Images {
+			p := fmt.Sprintf("runtime.images[%d]", i)
+			if !images[ci.Image] {
+				bad("%s.image: %q is not in images", p, ci.Image)
+			}
+			switch {
+			case ci.Reference != "" && (ci.Repository != "" || ci.Registry != "" || ci.Tag != ""):
+				bad("%s: give reference alone, or repository and tag (and registry), not both", p)
+			case ci.Reference == "" && ci.Repository == "":
+				bad("%s: where the chart reads image %q is required: reference, or repository and tag", p, ci.Image)
+			case ci.Repository != "" && ci.Tag == "":
+				bad("%s.tag: required with repository (the values path of the image's tag)", p)
+			}
+			for _, path := range ci.Paths() {
+				if bad1 := checkValuesPath(path); bad1 != "" {
+					bad("%s: %s", p, bad1)
+				}
+				// A tag path may be shared (subcharts with one tag for
+				// several images); any other path is written once.
+				if other, dup := written[path]; dup && path != ci.Tag {
+					bad("%s: values path %s is also written by %s", p, path, other)
+				}
+				written[path] = p
+			}
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if !images[rc.Images[k]] {
-				bad("runtime.images.%s: image %q is not in images", k, rc.Images[k])
+		known := map[string]bool{}
+		for _, k := range RuntimeContractKeys {
+			known[k] = true
+		}
+		for _, k := range slices.Sorted(maps.Keys(rc.Contract)) {
+			switch {
+			case !known[k]:
+				bad("runtime.contract.%s: not a contract key (valid: %s)", k, strings.Join(RuntimeContractKeys, ", "))
+			case checkValuesPath(rc.Contract[k]) != "":
+				bad("runtime.contract.%s: %s", k, checkValuesPath(rc.Contract[k]))
+			}
+			if other, dup := written[rc.Contract[k]]; dup {
+				bad("runtime.contract.%s: values path %s is also written by %s", k, rc.Contract[k], other)
+			}
+			written[rc.Contract[k]] = "runtime.contract." + k
+		}
+		for _, k := range RequiredContractKeys {
+			if rc.Contract[k] == "" {
+				bad("runtime.contract.%s: required (the chart's values path of the %s)", k, k)
 			}
 		}
 	}
@@ -296,4 +334,18 @@ func (r *Release) SupportsKubernetes(server string) (bool, error) {
 		return false, err
 	}
 	return c.Check(core), nil
+}
+
+// checkValuesPath describes what is wrong with a dot-separated values
+// path, "" when nothing is.
+func checkValuesPath(p string) string {
+	if p == "" {
+		return "an empty values path"
+	}
+	for _, k := range strings.Split(p, ".") {
+		if k == "" || strings.TrimSpace(k) != k {
+			return fmt.Sprintf("%q is not a values path (dot-separated keys, none empty)", p)
+		}
+	}
+	return ""
 }

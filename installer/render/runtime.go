@@ -2,10 +2,15 @@ package render
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
 
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -69,12 +74,19 @@ func RuntimeDefaults(rt config.Runtime) (config.Runtime, error) {
 // RuntimeOptions is what RenderRuntime needs.
 type RuntimeOptions struct {
 	// Installation is the platform's configuration (defaulted and valid),
-	// with spec.version the release's; its runtimeConfig.repository is the
-	// configuration repository the runtime is given.
+	// with spec.version the release's. Its spec.domain makes the platform
+	// URL, spec.runtimeConfig.accountId is the account the runtime
+	// registers with, spec.ingress, spec.placement and spec.proxy are
+	// passed on.
 	Installation *config.Installation
 	Release      *release.Release
 	// Runtime is the runtime (RuntimeDefaults applied here).
 	Runtime config.Runtime
+	// ConfigurationRuntime: this runtime holds the configuration.
+	ConfigurationRuntime bool
+	// PlatformCA: the runtime's namespace holds the platform's CA
+	// (RuntimePlatformCA), which its chart is told to trust.
+	PlatformCA bool
 	// Chart is the release's runtime chart, already fetched (see
 	// installer/chartfetch); its name and version must be the release's.
 	Chart *chartv2.Chart
@@ -82,16 +94,64 @@ type RuntimeOptions struct {
 	Manifests fs.FS
 }
 
+// Secrets of a runtime's namespace that its chart is told about (by
+// reference: the chart never receives a secret value).
+const (
+	// RuntimePlatformToken holds the platform user token the runtime
+	// registers with (key RuntimePlatformTokenKey).
+	RuntimePlatformToken    = "onprem-runtime-platform-token"
+	RuntimePlatformTokenKey = "token"
+	// RuntimePlatformCA holds the CA certificates of a platform whose
+	// certificate the runtime's nodes do not trust (key
+	// RuntimePlatformCAKey): the self-signed CA onprem made, or the
+	// ca.crt of the operator's TLS Secret.
+	RuntimePlatformCA    = "onprem-runtime-platform-ca"
+	RuntimePlatformCAKey = "ca-bundle.crt"
+	// RuntimeGitPasswordKey is the key of the Git token in
+	// RuntimeGitCredentials; RuntimeGitUsername the user name sent with it
+	// (Git hosts accept any non-empty one with a token).
+	RuntimeGitPasswordKey = "password"
+	RuntimeGitUsername    = "onprem"
+)
+
+// PlatformURL is the URL the platform is served at, which runtimes
+// register with.
+func PlatformURL(in *config.Installation) string { return "https://" + in.Spec.Domain }
+
+// RuntimeHost is the host name of a runtime's Ingress.
+func RuntimeHost(in *config.Installation, rt config.Runtime) string {
+	if rt.Access.Host != "" {
+		return rt.Access.Host
+	}
+	return rt.Name + ".runtimes." + in.Spec.Domain
+}
+
 // RenderRuntime renders one GitOps runtime: the runtime chart with the
-// release's values, the image references of the release (each written at
-// its values path) and the runtime's own block, then the post-render.
+// release's values, then what onprem fills in at the paths the release's
+// runtime contract names (release.RemoteChart.Contract), then every image
+// at its values paths, then the post-render.
 //
-// The runtime's values block (what the chart may read):
+// What each contract key receives:
 //
-//	runtime.name, runtime.namespace
-//	runtime.configRepository.{url,branch,path}
-//	runtime.gitCredentials   the Secret holding the Git token
-//	global                   as for the platform's charts
+//	runtimeName          the runtime's name
+//	platformURL          https://DOMAIN
+//	accountID            spec.runtimeConfig.accountId
+//	platformToken        {name, key} of RuntimePlatformToken
+//	platformCA           {name, key} of RuntimePlatformCA, when it exists
+//	configurationRuntime true on the runtime holding the configuration
+//	gitUsername          RuntimeGitUsername
+//	gitPassword          {name, key} of RuntimeGitCredentials
+//	ingressEnabled       true in access mode ingress
+//	ingressClassName     the access's className, else the platform's
+//	ingressHosts         [the access's host, else NAME.runtimes.DOMAIN]
+//	ingressProtocol      https
+//	ingressURL           the access's url, in mode url
+//	tunnelEnabled        true in access mode tunnel
+//	nodeSelector         spec.placement.nodeSelector
+//	tolerations          spec.placement.tolerations
+//	httpProxy, httpsProxy, noProxy   spec.proxy
+//
+// No secret value is ever a value: the chart reads them from the Secrets.
 func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 	in, rel := o.Installation, o.Release
 	if in == nil || rel == nil || o.Chart == nil || o.Chart.Metadata == nil {
@@ -116,34 +176,25 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 	}
 
 	values := sizing.Merge(nil, a.Values)
+	contract, err := RuntimeContractValues(in, rt, a, o.ConfigurationRuntime, o.PlatformCA)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: release %s: %w", rt.Name, rel.Version, err)
+	}
+	for _, p := range slices.Sorted(maps.Keys(contract)) {
+		if err := setPath(values, p, contract[p]); err != nil {
+			return nil, fmt.Errorf("runtime %s: release %s: runtime.contract: %w", rt.Name, rel.Version, err)
+		}
+	}
 	repos := map[string]bool{}
-	paths := make([]string, 0, len(a.Images))
-	for p := range a.Images {
-		paths = append(paths, p)
+	imageValues, err := runtimeImageValues(in, rel, repos)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
 	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		img, ok := rel.Image(a.Images[p])
-		if !ok {
-			return nil, fmt.Errorf("runtime %s: image %q is not in release %s", rt.Name, a.Images[p], rel.Version)
+	for _, p := range slices.Sorted(maps.Keys(imageValues)) {
+		if err := setPath(values, p, imageValues[p]); err != nil {
+			return nil, fmt.Errorf("runtime %s: release %s: runtime.images: %w", rt.Name, rel.Version, err)
 		}
-		if err := setPath(values, p, images.Reference(img, in.Spec.Images.Platform)); err != nil {
-			return nil, fmt.Errorf("runtime %s: release %s: runtime.images.%s: %w", rt.Name, rel.Version, p, err)
-		}
-		repos[images.Repository(img, in.Spec.Images.Platform)] = true
 	}
-	repo := in.Spec.RuntimeConfig.Repository
-	values = sizing.Merge(values, map[string]any{
-		"global": globalValues(in),
-		"runtime": map[string]any{
-			"name":      rt.Name,
-			"namespace": rt.Namespace,
-			"configRepository": map[string]any{
-				"url": repo.URL, "branch": repo.Branch, "path": repo.Path,
-			},
-			"gitCredentials": RuntimeGitCredentials,
-		},
-	})
 	name := RuntimeRelease(rt.Name)
 	ms, err := charts.Template(o.Chart, name, rt.Namespace, values)
 	if err != nil {
@@ -209,4 +260,176 @@ func setPath(values map[string]any, path string, value any) error {
 		m = child
 	}
 	return nil
+}
+
+// RuntimeContractValues is what onprem fills in for runtime rt, keyed by
+// the values paths of the release's contract a (see RenderRuntime). A
+// required key the contract lacks, an access mode the chart cannot do, or
+// a missing account is an error.
+func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *release.RemoteChart, configRuntime, platformCA bool) (map[string]any, error) {
+	s := in.Spec
+	if s.RuntimeConfig.AccountID == "" {
+		return nil, &RuntimeInputError{errors.New("no platform account: set spec.runtimeConfig.accountId in onprem.yaml, or give --account")}
+	}
+	ref := func(name, key string) map[string]any { return map[string]any{"name": name, "key": key} }
+	mode := rt.Access.Mode
+	if mode == "" {
+		mode = config.RuntimeAccessIngress
+	}
+	want := map[string]any{
+		release.ContractRuntimeName:    rt.Name,
+		release.ContractPlatformURL:    PlatformURL(in),
+		release.ContractAccountID:      s.RuntimeConfig.AccountID,
+		release.ContractPlatformToken:  ref(RuntimePlatformToken, RuntimePlatformTokenKey),
+		release.ContractConfigRuntime:  configRuntime,
+		release.ContractGitUsername:    RuntimeGitUsername,
+		release.ContractGitPassword:    ref(RuntimeGitCredentials, RuntimeGitPasswordKey),
+		release.ContractIngressEnabled: mode == config.RuntimeAccessIngress,
+		release.ContractTunnelEnabled:  mode == config.RuntimeAccessTunnel,
+	}
+	if platformCA {
+		want[release.ContractPlatformCA] = ref(RuntimePlatformCA, RuntimePlatformCAKey)
+	}
+	switch mode {
+	case config.RuntimeAccessIngress:
+		class := rt.Access.ClassName
+		if class == "" {
+			class = s.Ingress.ClassName
+		}
+		want[release.ContractIngressClass] = class
+		want[release.ContractIngressHosts] = []any{RuntimeHost(in, rt)}
+		want[release.ContractIngressProtocol] = "https"
+	case config.RuntimeAccessURL:
+		want[release.ContractIngressURL] = rt.Access.URL
+	}
+	if len(s.Placement.NodeSelector) > 0 {
+		ns := map[string]any{}
+		for k, v := range s.Placement.NodeSelector {
+			ns[k] = v
+		}
+		want[release.ContractNodeSelector] = ns
+	}
+	if len(s.Placement.Tolerations) > 0 {
+		var tol []any
+		b, err := json.Marshal(s.Placement.Tolerations)
+		if err == nil {
+			err = json.Unmarshal(b, &tol)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("spec.placement.tolerations: %w", err)
+		}
+		want[release.ContractTolerations] = tol
+	}
+	if px := s.Proxy; px.HTTPProxy != "" || px.HTTPSProxy != "" {
+		want[release.ContractHTTPProxy] = px.HTTPProxy
+		want[release.ContractHTTPSProxy] = px.HTTPSProxy
+		noProxy := []string{"localhost", "127.0.0.1", ".svc", ".cluster.local", rt.Namespace}
+		if px.NoProxy != "" {
+			noProxy = append(noProxy, px.NoProxy)
+		}
+		want[release.ContractNoProxy] = strings.Join(noProxy, ",")
+	}
+
+	// What the runtime cannot work without, or an access mode it was
+	// asked for, must have a path; anything else the chart does not read
+	// is left out.
+	needed := append([]string{}, release.RequiredContractKeys...)
+	switch mode {
+	case config.RuntimeAccessIngress:
+		needed = append(needed, release.ContractIngressEnabled, release.ContractIngressHosts)
+	case config.RuntimeAccessTunnel:
+		needed = append(needed, release.ContractTunnelEnabled)
+	case config.RuntimeAccessURL:
+		needed = append(needed, release.ContractIngressURL)
+	}
+	if platformCA {
+		needed = append(needed, release.ContractPlatformCA)
+	}
+	for _, k := range needed {
+		if a.Contract[k] == "" {
+			return nil, fmt.Errorf("the runtime chart %s %s has no values path for %s (runtime.contract.%s in the release manifest)", a.Chart, a.ChartVersion, k, k)
+		}
+	}
+	out := map[string]any{}
+	for k, v := range want {
+		if p := a.Contract[k]; p != "" {
+			out[p] = v
+		}
+	}
+	return out, nil
+}
+
+// runtimeImageValues is every image of the release's runtime chart at its
+// values paths: the reference the cluster pulls (the platform prefix,
+// spec.registry's relocation and the release's digest applied), whole or
+// split into registry, repository and tag. The source repositories are
+// added to repos (the post-render relocates what the chart writes
+// elsewhere).
+func runtimeImageValues(in *config.Installation, rel *release.Release, repos map[string]bool) (map[string]any, error) {
+	out := map[string]any{}
+	set := func(path, value, what string) error {
+		if old, ok := out[path]; ok && old != value {
+			return fmt.Errorf("release %s: runtime.images: %s and another image write %s with different values (%v, %s): give them their own paths", rel.Version, what, path, old, value)
+		}
+		out[path] = value
+		return nil
+	}
+	reg := in.Spec.Registry
+	for _, ci := range rel.Runtime.Images {
+		img, ok := rel.Image(ci.Image)
+		if !ok {
+			return nil, fmt.Errorf("release %s: runtime image %q is not in the release", rel.Version, ci.Image)
+		}
+		repo := images.Repository(img, in.Spec.Images.Platform)
+		repos[repo] = true
+		if reg.Host != "" {
+			to, err := images.Relocate(repo, reg.Host, reg.PathPrefix)
+			if err != nil {
+				return nil, fmt.Errorf("spec.registry: %w", err)
+			}
+			repo = to
+		}
+		tag := img.Tag
+		if img.Digest != "" {
+			tag += "@" + img.Digest
+		}
+		if ci.Reference != "" {
+			if err := set(ci.Reference, repo+":"+tag, ci.Image); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		repoValue := repo
+		if ci.Registry != "" {
+			host, path, err := splitRegistry(repo)
+			if err != nil {
+				return nil, fmt.Errorf("release %s: runtime image %s: %w", rel.Version, ci.Image, err)
+			}
+			if err := set(ci.Registry, host, ci.Image); err != nil {
+				return nil, err
+			}
+			repoValue = path
+		}
+		if err := set(ci.Repository, repoValue, ci.Image); err != nil {
+			return nil, err
+		}
+		if err := set(ci.Tag, tag, ci.Image); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// splitRegistry splits a repository into its registry host (index.docker.io
+// written docker.io) and the path under it.
+func splitRegistry(repository string) (host, path string, err error) {
+	r, err := name.NewRepository(repository)
+	if err != nil {
+		return "", "", fmt.Errorf("image repository %q: %w", repository, err)
+	}
+	host = r.RegistryStr()
+	if host == name.DefaultRegistry {
+		host = "docker.io"
+	}
+	return host, r.RepositoryStr(), nil
 }

@@ -2,27 +2,43 @@ package render
 
 import (
 	"context"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/images"
+	"onprem.dev/onprem/installer/release"
 )
 
-func renderFixtureRuntime(t testing.TB, cfg string, rt config.Runtime) (*config.Installation, *Component) {
+func fixtureChart(t testing.TB, version string) *chartv2.Chart {
 	t.Helper()
-	in, rel := load(t, cfg)
 	ch, err := charts.LoadFrom(os.DirFS("../runtime/testdata"), "gitops-runtime")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Metadata.Version = rel.Runtime.ChartVersion
+	ch.Metadata.Version = version
+	return ch
+}
+
+func renderFixtureRuntime(t testing.TB, cfg string, rt config.Runtime, opts ...func(*RuntimeOptions)) (*config.Installation, *Component) {
+	t.Helper()
+	in, rel := load(t, cfg)
 	in.Spec.RuntimeConfig.Repository = config.GitRepository{URL: "https://git.example.com/platform/gitops.git", Branch: "main", Path: "runtimes"}
-	c, err := RenderRuntime(context.Background(), RuntimeOptions{Installation: in, Release: rel, Runtime: rt, Chart: ch})
+	in.Spec.RuntimeConfig.AccountID = "64f0c1d2e3a4b5c6d7e8f901"
+	o := RuntimeOptions{Installation: in, Release: rel, Runtime: rt, Chart: fixtureChart(t, rel.Runtime.ChartVersion)}
+	for _, f := range opts {
+		f(&o)
+	}
+	c, err := RenderRuntime(context.Background(), o)
 	if err != nil {
 		t.Fatalf("render runtime for %s: %v", cfg, err)
 	}
@@ -30,12 +46,14 @@ func renderFixtureRuntime(t testing.TB, cfg string, rt config.Runtime) (*config.
 }
 
 // A runtime follows the platform's rules (restricted pods, probes,
-// resources, relocation with a private registry) and gets the release's
-// image references at their values paths and its runtime block.
+// resources, relocation with a private registry) and every image of the
+// release's runtime section is in its objects, relocated when the
+// configuration has a private registry.
 func TestRuntimePassesTheChecks(t *testing.T) {
 	for _, cfg := range configs {
 		t.Run(cfg, func(t *testing.T) {
 			in, c := renderFixtureRuntime(t, cfg, config.Runtime{Name: "edge"})
+			_, rel := load(t, cfg)
 			opts := CheckOptions{}
 			if in.Spec.Registry.Host != "" {
 				opts.RegistryPrefix = in.Spec.Registry.Host + "/" + in.Spec.Registry.PathPrefix
@@ -59,51 +77,286 @@ func TestRuntimePassesTheChecks(t *testing.T) {
 					t.Errorf("%s/%s: label %s = %q", o.GetKind(), o.GetName(), ComponentLabel, o.GetLabels()[ComponentLabel])
 				}
 			}
+			used := runtimeImagesUsed(t, c)
+			for _, ci := range rel.Runtime.Images {
+				img, _ := rel.Image(ci.Image)
+				want := images.Repository(img, in.Spec.Images.Platform)
+				if in.Spec.Registry.Host != "" {
+					want, _ = images.Relocate(want, in.Spec.Registry.Host, in.Spec.Registry.PathPrefix)
+				}
+				want += ":" + img.Tag
+				if !slices.ContainsFunc(used, func(u string) bool { return strings.HasPrefix(u, want) }) {
+					t.Errorf("image %s: %s is in no object (images used: %v)", ci.Image, want, used)
+				}
+			}
+			if in.Spec.Registry.Host != "" {
+				for _, u := range used {
+					if !strings.HasPrefix(u, in.Spec.Registry.Host+"/") {
+						t.Errorf("image %s is not relocated to %s", u, in.Spec.Registry.Host)
+					}
+				}
+			}
 		})
 	}
 }
 
+// runtimeImagesUsed lists the images of a rendered runtime: its pods'
+// and the one Argo Workflows reads from its ConfigMap.
+func runtimeImagesUsed(t testing.TB, c *Component) []string {
+	t.Helper()
+	var out []string
+	for _, o := range c.Objects {
+		switch o.GetKind() {
+		case "Deployment":
+			d := typed[appsv1.Deployment](t, o)
+			for _, ctr := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
+				out = append(out, ctr.Image)
+			}
+		case "ConfigMap":
+			if o.GetName() == "workflow-controller-configmap" {
+				data, _, _ := unstructured.NestedString(o.Object, "data", "executor")
+				out = append(out, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(data), "image:")))
+			}
+		}
+	}
+	return out
+}
+
+// The upstream chart's values paths that onprem writes, for every
+// shipped release: a change of the contract in a release manifest shows
+// up here as one diff.
+func TestRuntimeContractPaths(t *testing.T) {
+	want := []string{
+		"app-proxy.image.repository", "app-proxy.image.tag",
+		"app-proxy.initContainer.image.repository", "app-proxy.initContainer.image.tag",
+		"argo-cd.global.image.repository", "argo-cd.global.image.tag",
+		"argo-cd.redis.image.repository", "argo-cd.redis.image.tag",
+		"argo-events.global.image.repository", "argo-events.global.image.tag",
+		"argo-rollouts.controller.image.registry", "argo-rollouts.controller.image.repository", "argo-rollouts.controller.image.tag",
+		"argo-workflows.controller.image.registry", "argo-workflows.controller.image.repository",
+		"argo-workflows.executor.image.registry", "argo-workflows.executor.image.repository",
+		"argo-workflows.images.tag",
+		"argo-workflows.server.image.registry", "argo-workflows.server.image.repository",
+		"cf-argocd-extras.eventReporter.container.image.registry", "cf-argocd-extras.eventReporter.container.image.repository", "cf-argocd-extras.eventReporter.container.image.tag",
+		"cf-argocd-extras.sourcesServer.container.image.registry", "cf-argocd-extras.sourcesServer.container.image.repository", "cf-argocd-extras.sourcesServer.container.image.tag",
+		"gitops-operator.image.registry", "gitops-operator.image.repository", "gitops-operator.image.tag",
+		"global.codefresh.accountId",
+		"global.codefresh.tls.caCerts.secretKeyRef",
+		"global.codefresh.url",
+		"global.codefresh.userToken.secretKeyRef",
+		"global.httpProxy", "global.httpsProxy", "global.noProxy",
+		"global.nodeSelector",
+		"global.runtime.gitCredentials.password.secretKeyRef",
+		"global.runtime.gitCredentials.username",
+		"global.runtime.ingress.className", "global.runtime.ingress.enabled", "global.runtime.ingress.hosts", "global.runtime.ingress.protocol",
+		"global.runtime.isConfigurationRuntime",
+		"global.runtime.name",
+		"global.tolerations",
+		"installer.image.repository", "installer.image.tag",
+		"internal-router.image.repository", "internal-router.image.tag",
+		"sealed-secrets.image.registry", "sealed-secrets.image.repository", "sealed-secrets.image.tag",
+		"tunnel-client.enabled",
+	}
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range set.All() {
+		if rel.Runtime == nil {
+			continue
+		}
+		t.Run(rel.Version, func(t *testing.T) {
+			in, _ := load(t, "everything")
+			in.Spec.Version = rel.Version
+			in.Spec.RuntimeConfig.AccountID = "acc"
+			contract, err := RuntimeContractValues(in, config.Runtime{Name: "edge", Namespace: "edge"}, rel.Runtime, true, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			imgs, err := runtimeImageValues(in, rel, map[string]bool{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := slices.Sorted(maps.Keys(contract))
+			got = append(got, slices.Collect(maps.Keys(imgs))...)
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("paths onprem writes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// What a runtime is told: its name, the platform's URL and account, the
+// token, CA and Git credentials by Secret reference, its designation,
+// access, placement and proxies, read from the installed objects the
+// way the upstream chart uses them.
 func TestRuntimeValues(t *testing.T) {
-	_, rel := load(t, "minimal")
-	_, c := renderFixtureRuntime(t, "minimal", config.Runtime{})
+	_, c := renderFixtureRuntime(t, "everything", config.Runtime{}, func(o *RuntimeOptions) {
+		o.ConfigurationRuntime, o.PlatformCA = true, true
+	})
 	if c.Name != "runtime-codefresh" {
 		t.Fatalf("default runtime name: component %s", c.Name)
 	}
-	argocd, _ := rel.Image("argocd")
-	var server *appsv1.Deployment
+	var proxy *appsv1.Deployment
+	var settings map[string]string
+	var ingress *unstructured.Unstructured
 	for _, o := range c.Objects {
-		if o.GetKind() == "Deployment" && o.GetName() == "server" {
-			server = typed[appsv1.Deployment](t, o)
+		switch {
+		case o.GetKind() == "Deployment" && o.GetName() == "app-proxy":
+			proxy = typed[appsv1.Deployment](t, o)
+		case o.GetKind() == "ConfigMap" && o.GetName() == "gitops-runtime-settings":
+			settings, _, _ = unstructured.NestedStringMap(o.Object, "data")
+		case o.GetKind() == "Ingress":
+			ingress = o
 		}
 		if o.GetNamespace() != "" && o.GetNamespace() != "codefresh" {
 			t.Errorf("%s/%s: namespace %s", o.GetKind(), o.GetName(), o.GetNamespace())
 		}
 	}
-	if server == nil {
-		t.Fatal("no server Deployment")
+	if proxy == nil || ingress == nil || settings == nil {
+		t.Fatalf("app-proxy %v, Ingress %v, settings %v", proxy != nil, ingress != nil, settings != nil)
 	}
-	ctr := server.Spec.Template.Spec.Containers[0]
-	if !strings.HasPrefix(ctr.Image, argocd.Repository+":"+argocd.Tag) {
-		t.Errorf("server image %s, want the release's %s:%s", ctr.Image, argocd.Repository, argocd.Tag)
-	}
+	ctr := proxy.Spec.Template.Spec.Containers[0]
 	env := map[string]string{}
+	refs := map[string]string{}
 	for _, e := range ctr.Env {
 		env[e.Name] = e.Value
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			refs[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
 	}
-	if env["CONFIG_REPOSITORY"] != "https://git.example.com/platform/gitops.git" || env["GIT_CREDENTIALS_SECRET"] != RuntimeGitCredentials || env["RUNTIME_NAME"] != "codefresh" {
-		t.Errorf("runtime block not passed: %v", env)
+	for k, v := range map[string]string{
+		"RUNTIME_NAME": "codefresh", "CODEFRESH_URL": "https://ci.example.org", "CODEFRESH_ACCOUNT_ID": "64f0c1d2e3a4b5c6d7e8f901",
+		"IS_CONFIGURATION_RUNTIME": "true", "GIT_USERNAME": RuntimeGitUsername, "NODE_EXTRA_CA_CERTS": "/etc/ssl/platform/" + RuntimePlatformCAKey,
+	} {
+		if env[k] != v {
+			t.Errorf("app-proxy %s = %q, want %q", k, env[k], v)
+		}
 	}
-	if b, _ := yaml.Marshal(c.Values["runtime"]); !strings.Contains(string(b), "path: runtimes") {
-		t.Errorf("runtime values: %s", b)
+	for k, v := range map[string]string{
+		"CODEFRESH_USER_TOKEN": RuntimePlatformToken + "/" + RuntimePlatformTokenKey,
+		"GIT_PASSWORD":         RuntimeGitCredentials + "/" + RuntimeGitPasswordKey,
+	} {
+		if refs[k] != v {
+			t.Errorf("app-proxy %s from Secret %q, want %q", k, refs[k], v)
+		}
+	}
+	vols := proxy.Spec.Template.Spec.Volumes
+	if len(vols) != 1 || vols[0].Secret == nil || vols[0].Secret.SecretName != RuntimePlatformCA {
+		t.Errorf("app-proxy volumes %+v, want the platform CA Secret %s", vols, RuntimePlatformCA)
+	}
+	class, _, _ := unstructured.NestedString(ingress.Object, "spec", "ingressClassName")
+	rules, _, _ := unstructured.NestedSlice(ingress.Object, "spec", "rules")
+	if class != "onprem" || len(rules) != 1 || rules[0].(map[string]any)["host"] != "codefresh.runtimes.ci.example.org" {
+		t.Errorf("Ingress class %q rules %v", class, rules)
+	}
+	if settings["httpProxy"] != "http://proxy.example.org:3128" || !strings.Contains(settings["noProxy"], ".example.org") ||
+		!strings.Contains(settings["nodeSelector"], "{") || settings["tunnel"] != "false" {
+		t.Errorf("settings = %v", settings)
+	}
+	// No secret value is a value: only references.
+	if b, _ := yaml.Marshal(c.Values); strings.Contains(string(b), "token:") && !strings.Contains(string(b), "secretKeyRef") {
+		t.Errorf("values hold a token:\n%s", b)
+	}
+}
+
+// The access modes: a tunnel has no Ingress and turns the tunnel client
+// on; a URL of the operator's is passed as the ingress URL.
+func TestRuntimeAccessModes(t *testing.T) {
+	for _, tc := range []struct {
+		access      config.RuntimeAccess
+		wantIngress bool
+		setting     string
+		value       string
+	}{
+		{config.RuntimeAccess{Mode: "tunnel"}, false, "tunnel", "true"},
+		{config.RuntimeAccess{Mode: "url", URL: "https://edge.example.com"}, false, "ingressUrl", "https://edge.example.com"},
+		{config.RuntimeAccess{Host: "gitops.example.com", ClassName: "nginx"}, true, "tunnel", "false"},
+	} {
+		t.Run(tc.access.Mode, func(t *testing.T) {
+			_, c := renderFixtureRuntime(t, "minimal", config.Runtime{Name: "edge", Access: tc.access})
+			hasIngress := false
+			for _, o := range c.Objects {
+				if o.GetKind() == "Ingress" {
+					hasIngress = true
+					class, _, _ := unstructured.NestedString(o.Object, "spec", "ingressClassName")
+					if class != "nginx" {
+						t.Errorf("class %q", class)
+					}
+				}
+				if o.GetKind() == "ConfigMap" && o.GetName() == "gitops-runtime-settings" {
+					if v, _, _ := unstructured.NestedString(o.Object, "data", tc.setting); v != tc.value {
+						t.Errorf("%s = %q, want %q", tc.setting, v, tc.value)
+					}
+				}
+			}
+			if hasIngress != tc.wantIngress {
+				t.Errorf("Ingress: %v, want %v", hasIngress, tc.wantIngress)
+			}
+		})
+	}
+}
+
+// The fixture refuses to render without what the upstream templates
+// require, so that a value onprem stops sending fails here first.
+func TestRuntimeFixtureRequiresTheContract(t *testing.T) {
+	in, rel := load(t, "minimal")
+	in.Spec.RuntimeConfig.AccountID = "acc"
+	contract, err := RuntimeContractValues(in, config.Runtime{Name: "edge", Namespace: "edge"}, rel.Runtime, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs, err := runtimeImageValues(in, rel, map[string]bool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := map[string]any{}
+	for p, v := range contract {
+		if err := setPath(full, p, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, v := range imgs {
+		if err := setPath(full, p, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch := fixtureChart(t, rel.Runtime.ChartVersion)
+	if _, err := charts.Template(ch, "runtime-edge", "edge", full); err != nil {
+		t.Fatalf("the whole contract does not render: %v", err)
+	}
+	for _, tc := range []struct{ drop, want string }{
+		{rel.Runtime.Contract["runtimeName"], "global.runtime.name is required"},
+		{rel.Runtime.Contract["platformURL"], "global.codefresh.url is required"},
+		{rel.Runtime.Contract["accountID"], "global.codefresh.accountId is required"},
+		{rel.Runtime.Contract["platformToken"], "global.codefresh.userToken: one of token or secretKeyRef is required"},
+		{rel.Runtime.Contract["ingressHosts"], "global.runtime.ingress.hosts: at least one host is required"},
+		{"argo-workflows.images.tag", "argo-workflows.controller.image.tag is required"},
+	} {
+		t.Run(tc.drop, func(t *testing.T) {
+			values := map[string]any{}
+			for p, v := range contract {
+				if p != tc.drop {
+					_ = setPath(values, p, v)
+				}
+			}
+			for p, v := range imgs {
+				if p != tc.drop {
+					_ = setPath(values, p, v)
+				}
+			}
+			_, err := charts.Template(ch, "runtime-edge", "edge", values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("without %s: err = %v, want %q", tc.drop, err, tc.want)
+			}
+		})
 	}
 }
 
 func TestRuntimeRefusals(t *testing.T) {
 	in, rel := load(t, "minimal")
-	ch, err := charts.LoadFrom(os.DirFS("../runtime/testdata"), "gitops-runtime")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := fixtureChart(t, rel.Runtime.ChartVersion)
 	cases := []struct {
 		name string
 		rt   config.Runtime
@@ -114,6 +367,7 @@ func TestRuntimeRefusals(t *testing.T) {
 		{"long name", config.Runtime{Name: strings.Repeat("a", 46)}, rel.Runtime.ChartVersion, "at most 45"},
 		{"bad namespace", config.Runtime{Name: "a", Namespace: "NS"}, rel.Runtime.ChartVersion, `namespace "NS"`},
 		{"other chart version", config.Runtime{Name: "a"}, "9.9.9", "needs chart gitops-runtime " + rel.Runtime.ChartVersion + ", but was given gitops-runtime 9.9.9"},
+		{"no account", config.Runtime{Name: "a"}, rel.Runtime.ChartVersion, "no platform account: set spec.runtimeConfig.accountId in onprem.yaml, or give --account"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

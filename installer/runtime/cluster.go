@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
+	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/secrets"
@@ -19,7 +20,7 @@ const (
 	argoSecretTypeLabel = "argocd.argoproj.io/secret-type"
 	keyURL              = "url"
 	keyUsername         = "username"
-	keyPassword         = "password"
+	keyPassword         = render.RuntimeGitPasswordKey
 )
 
 func labels(name string) map[string]string {
@@ -72,6 +73,73 @@ func applyCredentials(ctx context.Context, cl *kube.Cluster, ns, name, repoURL s
 		WithData(map[string][]byte{keyURL: []byte(redactURL(repoURL)), keyUsername: []byte(GitUsername), keyPassword: token})
 	if _, err := cl.Client.CoreV1().Secrets(ns).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
 		return fmt.Errorf("runtime %s: applying Secret %s/%s (the Git token): %w", name, ns, render.RuntimeGitCredentials, err)
+	}
+	return nil
+}
+
+// applyPlatformToken writes the platform token the runtime registers with
+// into its namespace (render.RuntimePlatformToken). It is not logged or
+// returned.
+func applyPlatformToken(ctx context.Context, cl *kube.Cluster, ns, name string, token []byte) error {
+	ac := corev1ac.Secret(render.RuntimePlatformToken, ns).WithLabels(labels(name)).WithType("Opaque").
+		WithData(map[string][]byte{render.RuntimePlatformTokenKey: token})
+	if _, err := cl.Client.CoreV1().Secrets(ns).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return fmt.Errorf("runtime %s: applying Secret %s/%s (the platform token): %w", name, ns, render.RuntimePlatformToken, err)
+	}
+	return nil
+}
+
+// readPlatformToken returns the platform token kept on the runtime's
+// cluster, nil when there is none yet.
+func readPlatformToken(ctx context.Context, cl *kube.Cluster, ns string) ([]byte, error) {
+	s, err := cl.Client.CoreV1().Secrets(ns).Get(ctx, render.RuntimePlatformToken, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the platform token (Secret %s/%s): %w", ns, render.RuntimePlatformToken, err)
+	}
+	if len(s.Data[render.RuntimePlatformTokenKey]) == 0 {
+		return nil, nil
+	}
+	return append([]byte(nil), s.Data[render.RuntimePlatformTokenKey]...), nil
+}
+
+// PlatformCA returns the CA certificates a runtime must trust to reach
+// the platform: ca.crt of the platform's TLS Secret (the CA onprem
+// generated, or the one the operator's Secret carries); nil when the
+// Secret has none (a certificate the nodes already trust).
+func PlatformCA(ctx context.Context, p *Platform) ([]byte, error) {
+	name := credentials.TLS
+	if tls := p.Installation.Spec.TLS; tls.Mode == "secret" {
+		name = tls.SecretName
+	}
+	s, err := p.Cluster.Client.CoreV1().Secrets(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the platform's CA (Secret %s/%s): %w", p.Namespace, name, err)
+	}
+	return s.Data["ca.crt"], nil
+}
+
+// applyPlatformCA writes the platform's CA certificates into the runtime's
+// namespace (render.RuntimePlatformCA), or removes a copy the platform no
+// longer needs. Certificates are public: a support bundle keeps them.
+func applyPlatformCA(ctx context.Context, cl *kube.Cluster, ns, name string, ca []byte) error {
+	api := cl.Client.CoreV1().Secrets(ns)
+	if len(ca) == 0 {
+		if err := api.Delete(ctx, render.RuntimePlatformCA, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("runtime %s: deleting Secret %s/%s: %w", name, ns, render.RuntimePlatformCA, err)
+		}
+		return nil
+	}
+	ac := corev1ac.Secret(render.RuntimePlatformCA, ns).WithLabels(labels(name)).WithType("Opaque").
+		WithAnnotations(map[string]string{secrets.AnnotationPublicKeys: render.RuntimePlatformCAKey}).
+		WithData(map[string][]byte{render.RuntimePlatformCAKey: ca})
+	if _, err := api.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return fmt.Errorf("runtime %s: applying Secret %s/%s (the platform's CA): %w", name, ns, render.RuntimePlatformCA, err)
 	}
 	return nil
 }

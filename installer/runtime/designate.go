@@ -15,6 +15,9 @@ type DesignateResult struct {
 	Previous         string `json:"previous"`
 	ConfigRuntime    string `json:"configRuntime"`
 	RepositoryCommit string `json:"repositoryCommit,omitempty"`
+	// Next is the command that tells the runtimes' charts of the change
+	// (their configuration-runtime value), when the designation moved.
+	Next string `json:"next,omitempty"`
 }
 
 // Designate makes name the configuration runtime: the designation in the
@@ -50,6 +53,13 @@ func Designate(ctx context.Context, p *Platform, name string, cl *kube.Cluster, 
 		out.RepositoryCommit = gr.Commit
 	}
 	out.ConfigRuntime = name
+	if out.Previous != name {
+		names := name
+		if _, ok := p.State.Runtimes[out.Previous]; ok && out.Previous != "" {
+			names = out.Previous + " " + name
+		}
+		out.Next = "onprem runtime upgrade " + names + " -c onprem.yaml"
+	}
 	next := *rc
 	next.ConfigRuntime = name
 	p.State.RuntimeConfig = &next

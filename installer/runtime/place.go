@@ -23,6 +23,10 @@ import (
 // Git token from when no --git-token-file is given.
 const TokenEnv = "ONPREM_GIT_TOKEN"
 
+// PlatformTokenEnv is the environment variable 'onprem runtime install'
+// reads the platform token from when no file is given.
+const PlatformTokenEnv = "ONPREM_PLATFORM_TOKEN"
+
 // ArgoApplicationsCRD is the CRD every Argo CD installation has: the mark of
 // a runtime (or a foreign Argo CD) on a cluster.
 const ArgoApplicationsCRD = "applications.argoproj.io"

@@ -61,7 +61,7 @@ const (
 	AnnotationCreatedBy = "onprem.dev/created-by"
 	// GitUsername is the user name sent with the Git token (Git hosts
 	// accept any non-empty one with a token).
-	GitUsername = "onprem"
+	GitUsername = render.RuntimeGitUsername
 )
 
 // Platform is the platform's side of a runtime operation: its cluster, its
@@ -87,6 +87,9 @@ type Target struct {
 	// upgrade or a converge, which reuse the one kept on the cluster. The
 	// caller clears it after use.
 	Token []byte
+	// PlatformToken is the platform user token the runtime registers with,
+	// kept like Token (render.RuntimePlatformToken).
+	PlatformToken []byte
 }
 
 // Options tune Install, Uninstall and the Git operations.
@@ -126,6 +129,9 @@ type Prepared struct {
 	Target
 	Component *render.Component
 	Release   *release.Release
+	// options rendered Component; Install renders again when what it finds
+	// (the designation, the platform's CA) differs.
+	options render.RuntimeOptions
 }
 
 // Prepare applies the runtime's defaults and renders it with chart (the
@@ -139,13 +145,27 @@ func Prepare(ctx context.Context, t Target, installation *config.Installation, r
 	if t.Cluster == nil {
 		return nil, fmt.Errorf("runtime %s: no cluster", rt.Name)
 	}
-	c, err := render.RenderRuntime(ctx, render.RuntimeOptions{
-		Installation: installation, Release: rel, Runtime: rt, Chart: chart, Manifests: manifests,
-	})
+	ro := render.RuntimeOptions{Installation: installation, Release: rel, Runtime: rt, Chart: chart, Manifests: manifests}
+	c, err := render.RenderRuntime(ctx, ro)
 	if err != nil {
 		return nil, err
 	}
-	return &Prepared{Target: t, Component: c, Release: rel}, nil
+	return &Prepared{Target: t, Component: c, Release: rel, options: ro}, nil
+}
+
+// rerender renders the runtime again for what Install found: whether it
+// holds the configuration and whether the platform's CA is given to it.
+func (pr *Prepared) rerender(ctx context.Context, configRuntime, platformCA bool) error {
+	if pr.options.ConfigurationRuntime == configRuntime && pr.options.PlatformCA == platformCA {
+		return nil
+	}
+	pr.options.ConfigurationRuntime, pr.options.PlatformCA = configRuntime, platformCA
+	c, err := render.RenderRuntime(ctx, pr.options)
+	if err != nil {
+		return err
+	}
+	pr.Component = c
+	return nil
 }
 
 // Repository is the configuration repository: the one recorded (once a
@@ -219,6 +239,22 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		token = kept
 		defer clear(token)
 	}
+	platformToken := pr.PlatformToken
+	if len(platformToken) == 0 {
+		kept, err := readPlatformToken(ctx, cl, rt.Namespace)
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
+		}
+		if kept == nil {
+			return nil, &InputError{fmt.Sprintf("runtime %s: a platform token is required to install it (the runtime registers with the platform with it): give it with --platform-token-file FILE or the environment variable %s (or spec.runtimeConfig.platformToken in onprem.yaml)", rt.Name, PlatformTokenEnv)}
+		}
+		platformToken = kept
+		defer clear(platformToken)
+	}
+	ca, err := PlatformCA(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
+	}
 	rem := remote(repo, token, o)
 	if err := configrepo.Check(ctx, rem); err != nil {
 		return nil, fmt.Errorf("runtime %s: configuration repository: %w", rt.Name, err)
@@ -232,6 +268,12 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		return nil, err
 	}
 	if err := applyCredentials(ctx, cl, rt.Namespace, rt.Name, repo.URL, token); err != nil {
+		return nil, err
+	}
+	if err := applyPlatformToken(ctx, cl, rt.Namespace, rt.Name, platformToken); err != nil {
+		return nil, err
+	}
+	if err := applyPlatformCA(ctx, cl, rt.Namespace, rt.Name, ca); err != nil {
 		return nil, err
 	}
 
@@ -251,6 +293,9 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 	}
 	p.State.RuntimeConfig = &state.RuntimeConfig{URL: redactURL(repo.URL), Branch: repo.Branch, Path: repo.Path, ConfigRuntime: gr.ConfigRuntime}
 	res.ConfigRuntime = gr.ConfigRuntime
+	if err := pr.rerender(ctx, gr.ConfigRuntime == rt.Name, len(ca) > 0); err != nil {
+		return nil, err
+	}
 
 	kubeconfig := pr.Ref.Kubeconfig
 	if kubeconfig != "" {

@@ -105,7 +105,7 @@ func removeFromCluster(ctx context.Context, cl *kube.Cluster, name string, rec s
 	if err := cl.Client.CoreV1().Secrets(rec.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
 		return fail(fmt.Errorf("runtime %s: deleting its Secrets in %s: %w", name, rec.Namespace, err))
 	}
-	out.Removed = append(out.Removed, "its Secrets in "+rec.Namespace+" (the Git token, managed clusters' credentials)")
+	out.Removed = append(out.Removed, "its Secrets in "+rec.Namespace+" (the Git and platform tokens, the platform's CA, managed clusters' credentials)")
 
 	ns, err := cl.Client.CoreV1().Namespaces().Get(ctx, rec.Namespace, metav1.GetOptions{})
 	switch {
