@@ -386,8 +386,23 @@ func infraCheckLabels(t *testing.T, ch infraChart, r *infraRendering) {
 		}
 	}
 	selector := map[string]string{"app.kubernetes.io/name": ch.appName, "app.kubernetes.io/instance": "r-" + ch.name}
+	// Long-running pods carry every label but the version: a new platform
+	// version alone must not restart them. Jobs carry all of them.
+	stable := map[string]string{}
+	for k, v := range want {
+		if k != "app.kubernetes.io/version" {
+			stable[k] = v
+		}
+	}
 	for _, p := range r.pods() {
-		infraCheckLabelSet(t, p.owner+" pod template", p.template.Labels, want)
+		if p.isJob {
+			infraCheckLabelSet(t, p.owner+" pod template", p.template.Labels, want)
+		} else {
+			infraCheckLabelSet(t, p.owner+" pod template", p.template.Labels, stable)
+			if v, ok := p.template.Labels["app.kubernetes.io/version"]; ok {
+				t.Errorf("%s pod template: label app.kubernetes.io/version=%s restarts it on every upgrade", p.owner, v)
+			}
+		}
 		// Flow labels sit on the workload too.
 		for k, v := range p.template.Labels {
 			if strings.HasPrefix(k, "onprem.dev/") && p.ownerMeta[k] != v {

@@ -17,8 +17,14 @@
 //     pipelines-api and gitops-api, each reporting its dependencies
 //     healthy; records written to MongoDB (through those services) and to
 //     PostgreSQL (audit-manager, through the API server's service proxy);
-//  6. `onprem upgrade apply` across two steps (a required stop with a
-//     migration and its backup): the records are still there and the
+//  6. `onprem upgrade apply` across two steps, one command each, while a
+//     client reads records through the ingress controller at 10 requests
+//     a second (traffic_test.go): the first (a required stop with a
+//     migration and its backup, new database images) restarts the
+//     databases, and its interruption window is measured; the second
+//     changes only the services, and no request may fail; then a re-run
+//     of `onprem install` whose configuration rolls every service, with
+//     no request failing either; the records are still there and the
 //     versions changed;
 //  7. an upgrade whose migration Job exits 1, and one whose image never
 //     becomes ready: each rolls back by itself, the command fails saying
@@ -37,7 +43,9 @@
 //     disaster recovery (recovery_test.go);
 //  10. `onprem uninstall` leaves the PersistentVolumeClaims;
 //  11. writes the timing figures (per component apply-to-Ready, total
-//     install time, the longest dependency chain) to a file it prints.
+//     install time, the true critical path and the ratio between them,
+//     requests sent and failed during each upgrade and the re-run) to a
+//     file it prints.
 //
 // A failed step leaves a support bundle of the cluster in
 // $ONPREM_CACHE/e2e/support-bundles. The cluster is deleted at the end,

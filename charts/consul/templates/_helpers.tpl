@@ -14,7 +14,8 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 
 {{/*
 Labels that never change from one platform version to the next. Used on
-volumeClaimTemplates, which a StatefulSet does not let you change.
+volumeClaimTemplates, which a StatefulSet does not let you change, and on
+pod templates, so that an upgrade restarts a pod only when it changes.
 */}}
 {{- define "consul.stableLabels" -}}
 {{ include "consul.selectorLabels" . }}
@@ -23,7 +24,7 @@ app.kubernetes.io/part-of: onprem
 app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
 {{- end -}}
 
-{{/* Labels of every object and every pod template. */}}
+{{/* Labels of every object; pod templates of long-running pods take the stable ones. */}}
 {{- define "consul.labels" -}}
 {{ include "consul.stableLabels" . }}
 app.kubernetes.io/version: {{ required "global.platform.version is required" .Values.global.platform.version | toString | quote }}

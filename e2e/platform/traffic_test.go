@@ -1,0 +1,159 @@
+//go:build linux
+
+package platform
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// trafficRate is how many requests a second the client sends through the
+// ingress controller while an operation runs.
+const trafficRate = 10
+
+// traffic is a client that reads records through the ingress controller
+// at trafficRate while an operation runs, alternating between services,
+// and counts what failed (an error, a timeout or a status other than 200).
+type traffic struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	sent      int
+	failed    int
+	firstFail time.Time
+	lastFail  time.Time
+	examples  []string
+	started   time.Time
+}
+
+// trafficResult is what the timing file reports for one operation.
+type trafficResult struct {
+	Operation string
+	Sent      int
+	Failed    int
+	// Window is from the first failure to the last (zero with none).
+	Window   time.Duration
+	Took     time.Duration
+	Examples []string
+}
+
+func (r trafficResult) String() string {
+	s := fmt.Sprintf("%s: %d requests in %.0f s, %d failed", r.Operation, r.Sent, r.Took.Seconds(), r.Failed)
+	if r.Failed > 0 {
+		s += fmt.Sprintf(" (interruption window %.1f s)", r.Window.Seconds())
+	}
+	return s
+}
+
+// startTraffic starts reading paths (through the ingress controller, one
+// after the other) at trafficRate until stop.
+func (e *env) startTraffic(paths ...string) *traffic {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: e.client.Transport}
+	go func() {
+		defer close(tr.done)
+		tick := time.NewTicker(time.Second / trafficRate)
+		defer tick.Stop()
+		var wg sync.WaitGroup
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return
+			case <-tick.C:
+			}
+			path := paths[i%len(paths)]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := get(client, path)
+				tr.mu.Lock()
+				defer tr.mu.Unlock()
+				tr.sent++
+				if err != nil {
+					now := time.Now()
+					if tr.failed == 0 {
+						tr.firstFail = now
+					}
+					tr.failed++
+					tr.lastFail = now
+					if len(tr.examples) < 5 {
+						tr.examples = append(tr.examples, fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err))
+					}
+				}
+			}()
+		}
+	}()
+	return tr
+}
+
+func get(client *http.Client, path string) error {
+	req, err := http.NewRequest(http.MethodGet, "https://"+domain+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// stop ends the traffic, waits for the requests in flight, and returns
+// the figures of operation.
+func (tr *traffic) stop(operation string) trafficResult {
+	tr.cancel()
+	<-tr.done
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	r := trafficResult{Operation: operation, Sent: tr.sent, Failed: tr.failed, Took: time.Since(tr.started), Examples: tr.examples}
+	if tr.failed > 0 {
+		r.Window = tr.lastFail.Sub(tr.firstFail)
+	}
+	return r
+}
+
+// underTraffic runs op while reading records through the ingress
+// controller, records the figures in the timing file, and returns them.
+func (e *env) underTraffic(operation string, op func(), paths ...string) trafficResult {
+	e.t.Helper()
+	tr := e.startTraffic(paths...)
+	op()
+	r := tr.stop(operation)
+	e.timing.traffic = append(e.timing.traffic, r)
+	e.t.Logf("traffic through the ingress controller during %s", r)
+	for _, ex := range r.Examples {
+		e.t.Logf("  failed: %s", ex)
+	}
+	return r
+}
+
+// serviceTemplates returns, for every service Deployment of the platform,
+// its generation: a change of its pod template (a roll) raises it.
+func (e *env) serviceTemplates(ctx context.Context) map[string]string {
+	e.t.Helper()
+	deps, err := e.cluster.Client.AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component in (api,ui,worker)"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, d := range deps.Items {
+		out[d.Name] = fmt.Sprint(d.Generation)
+	}
+	return out
+}
