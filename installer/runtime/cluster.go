@@ -89,22 +89,6 @@ func applyPlatformToken(ctx context.Context, cl *kube.Cluster, ns, name string, 
 	return nil
 }
 
-// readPlatformToken returns the platform token kept on the runtime's
-// cluster, nil when there is none yet.
-func readPlatformToken(ctx context.Context, cl *kube.Cluster, ns string) ([]byte, error) {
-	s, err := cl.Client.CoreV1().Secrets(ns).Get(ctx, render.RuntimePlatformToken, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the platform token (Secret %s/%s): %w", ns, render.RuntimePlatformToken, err)
-	}
-	if len(s.Data[render.RuntimePlatformTokenKey]) == 0 {
-		return nil, nil
-	}
-	return append([]byte(nil), s.Data[render.RuntimePlatformTokenKey]...), nil
-}
-
 // PlatformCA returns the CA certificates a runtime must trust to reach
 // the platform: ca.crt of the platform's TLS Secret (the CA onprem
 // generated, or the one the operator's Secret carries); nil when the
@@ -147,15 +131,21 @@ func applyPlatformCA(ctx context.Context, cl *kube.Cluster, ns, name string, ca 
 // readToken returns the Git token kept on the runtime's cluster, nil when
 // there is none yet.
 func readToken(ctx context.Context, cl *kube.Cluster, ns string) ([]byte, error) {
-	s, err := cl.Client.CoreV1().Secrets(ns).Get(ctx, render.RuntimeGitCredentials, metav1.GetOptions{})
+	return readSecretKey(ctx, cl, ns, render.RuntimeGitCredentials, keyPassword, "the Git token")
+}
+
+// readSecretKey returns a copy of key of Secret ns/name, nil when the
+// Secret or the key is missing or empty.
+func readSecretKey(ctx context.Context, cl *kube.Cluster, ns, name, key, what string) ([]byte, error) {
+	s, err := cl.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the Git token (Secret %s/%s): %w", ns, render.RuntimeGitCredentials, err)
+		return nil, fmt.Errorf("reading %s (Secret %s/%s): %w", what, ns, name, err)
 	}
-	if len(s.Data[keyPassword]) == 0 {
+	if len(s.Data[key]) == 0 {
 		return nil, nil
 	}
-	return append([]byte(nil), s.Data[keyPassword]...), nil
+	return append([]byte(nil), s.Data[key]...), nil
 }

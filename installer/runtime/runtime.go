@@ -199,6 +199,30 @@ func describeRepo(r config.GitRepository) string {
 	return s
 }
 
+// tokenOrKept is the token given, else the one kept on the runtime's
+// cluster (Secret name, key); neither is an *InputError saying missing.
+func tokenOrKept(ctx context.Context, cl *kube.Cluster, rt config.Runtime, given []byte, name, key, what, missing string) ([]byte, error) {
+	if len(given) > 0 {
+		return given, nil
+	}
+	kept, err := readSecretKey(ctx, cl, rt.Namespace, name, key, what)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
+	}
+	if kept == nil {
+		return nil, &InputError{missing}
+	}
+	return kept, nil
+}
+
+// clearKept clears a token read from the cluster (the caller clears the
+// one it gave).
+func clearKept(token, given []byte) {
+	if len(given) == 0 {
+		clear(token)
+	}
+}
+
 // remote is the configuration repository with the token and the
 // connection options.
 func remote(repo config.GitRepository, token []byte, o Options) configrepo.Remote {
@@ -227,30 +251,18 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 	if err != nil {
 		return nil, err
 	}
-	token := pr.Token
-	if len(token) == 0 {
-		kept, err := readToken(ctx, cl, rt.Namespace)
-		if err != nil {
-			return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
-		}
-		if kept == nil {
-			return nil, &InputError{fmt.Sprintf("runtime %s: a Git token is required to install it: give it with --git-token-file FILE or the environment variable %s (or spec.runtimes[].gitToken in onprem.yaml)", rt.Name, TokenEnv)}
-		}
-		token = kept
-		defer clear(token)
+	token, err := tokenOrKept(ctx, cl, rt, pr.Token, render.RuntimeGitCredentials, keyPassword, "the Git token",
+		fmt.Sprintf("runtime %s: a Git token is required to install it: give it with --git-token-file FILE or the environment variable %s (or spec.runtimes[].gitToken in onprem.yaml)", rt.Name, TokenEnv))
+	if err != nil {
+		return nil, err
 	}
-	platformToken := pr.PlatformToken
-	if len(platformToken) == 0 {
-		kept, err := readPlatformToken(ctx, cl, rt.Namespace)
-		if err != nil {
-			return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
-		}
-		if kept == nil {
-			return nil, &InputError{fmt.Sprintf("runtime %s: a platform token is required to install it (the runtime registers with the platform with it): give it with --platform-token-file FILE or the environment variable %s (or spec.runtimeConfig.platformToken in onprem.yaml)", rt.Name, PlatformTokenEnv)}
-		}
-		platformToken = kept
-		defer clear(platformToken)
+	defer clearKept(token, pr.Token)
+	platformToken, err := tokenOrKept(ctx, cl, rt, pr.PlatformToken, render.RuntimePlatformToken, render.RuntimePlatformTokenKey, "the platform token",
+		fmt.Sprintf("runtime %s: a platform token is required to install it (the runtime registers with the platform with it): give it with --platform-token-file FILE or the environment variable %s (or spec.runtimeConfig.platformToken in onprem.yaml)", rt.Name, PlatformTokenEnv))
+	if err != nil {
+		return nil, err
 	}
+	defer clearKept(platformToken, pr.PlatformToken)
 	ca, err := PlatformCA(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
