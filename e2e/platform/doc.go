@@ -36,8 +36,7 @@
 //     a real Git server, and `runtime list`; the upstream chart's contract
 //     read back from the installed objects (runtime_test.go: name,
 //     platform URL and account, token and CA Secret references, every
-//     image relocated, the runtime's host answering through the ingress
-//     controller);
+//     image relocated, its Ingress under the platform's domain);
 //  9. a support bundle of the whole platform holds no value of any Secret
 //     of the cluster, and `support-bundle analyze` reads it offline;
 //     disaster recovery (recovery_test.go);
