@@ -317,8 +317,19 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ires.Runtimes) != 2 || ires.Runtimes[0].Action != apply.Unchanged || ires.Runtimes[1].Action != apply.Installed || ires.Runtimes[1].ConfigRuntime != "edge" {
+	// edge was installed while codefresh held the configuration: the
+	// converge tells its chart that it holds it now (a new revision).
+	if len(ires.Runtimes) != 2 || ires.Runtimes[0].Action != apply.Upgraded || ires.Runtimes[1].Action != apply.Installed || ires.Runtimes[1].ConfigRuntime != "edge" {
 		t.Errorf("install's runtimes: %+v", ires.Runtimes)
+	}
+	edgeProxy, err := platform.Client.AppsV1().Deployments("edge").Get(ctx, "app-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range edgeProxy.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "IS_CONFIGURATION_RUNTIME" && e.Value != "true" {
+			t.Errorf("edge's chart was not told it holds the configuration: %s=%s", e.Name, e.Value)
+		}
 	}
 	sources, err = (&GitSourceList{Target: target, Runtime: "edge"}).Run(ctx)
 	if err != nil || len(sources) != 1 || sources[0].Path != "staging" {
