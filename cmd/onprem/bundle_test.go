@@ -101,7 +101,7 @@ func TestBundleCommands(t *testing.T) {
 
 	// Result on stdout, progress on stderr.
 	code, stdout, stderr = bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", oci, "--key", filepath.Join(keys, "bundle.key"), "--platform", "linux/amd64", "--concurrency", "2")
-	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 27 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
+	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 39 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
 		t.Fatalf("create: %d %q %q", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "create: ") || !strings.Contains(stderr, "done in") {
@@ -154,7 +154,7 @@ func TestBundleCommands(t *testing.T) {
 		BlobsCopied, ManifestsPushed int
 		Images                       []struct{ Reference string }
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &sum) != nil || sum.BlobsCopied == 0 || sum.ManifestsPushed != 27 || sum.Registry != host+"/onprem" {
+	if code != exitOK || json.Unmarshal([]byte(stdout), &sum) != nil || sum.BlobsCopied == 0 || sum.ManifestsPushed != 39 || sum.Registry != host+"/onprem" {
 		t.Fatalf("push: %d %s %s", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "push: ") || !strings.Contains(stderr, "verify: ") {
@@ -164,7 +164,7 @@ func TestBundleCommands(t *testing.T) {
 		t.Errorf("pushed to %s", sum.Images[0].Reference)
 	}
 	code, stdout, _ = bundleCLI(t, "push", file, "--registry", host+"/onprem", "--docker-config", regcred)
-	if code != exitOK || !strings.Contains(stdout, "pushed 27 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
+	if code != exitOK || !strings.Contains(stdout, "pushed 39 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
 		t.Errorf("second push: %d %s", code, stdout)
 	}
 	// Refused credentials: exit 1.
