@@ -14,14 +14,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"onprem.dev/onprem/installer/certs"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/release"
 )
 
 const ingressID = "ingress"
-
-// certWarnBefore: a certificate expiring sooner than this is reported.
-const certWarnBefore = 30 * 24 * time.Hour
 
 // ingressCheck: the IngressClass (existing, or ours to install without a
 // clash), the controller's node ports, and the TLS certificate.
@@ -263,6 +261,7 @@ func checkTLS(ctx context.Context, env *Env, ns string, f *findings) error {
 		}
 		return nil
 	}
+	checkCA(sec, where, generated, env.Now(), f)
 	r, msg := certProblem(sec.Data[corev1.TLSCertKey], domain, env.Now())
 	if r == Pass {
 		f.ok("%s: %s", where, msg)
@@ -282,6 +281,23 @@ func checkTLS(ctx context.Context, env *Env, ns string, f *findings) error {
 			fmt.Sprintf("replace it with a valid certificate for %s: kubectl -n %s create secret tls %s --cert=FULLCHAIN.pem --key=KEY.pem --dry-run=client -o yaml | kubectl apply -f -", domain, ns, name))
 	}
 	return nil
+}
+
+// checkCA judges the expiry of the CA certificates the TLS Secret carries
+// in ca.crt (onprem's self-signed CA, or the operator's): clients trust
+// the CA, so its end matters as much as the certificate's.
+func checkCA(sec *corev1.Secret, where string, generated bool, now time.Time, f *findings) {
+	for _, c := range certs.Parse(sec.Namespace, sec.Name, "ca.crt", sec.Data["ca.crt"]) {
+		r, msg := expiry(now, c.NotAfter)
+		if r == Pass {
+			continue
+		}
+		fix := "renew the CA and the certificates it signed, and give clients the new CA"
+		if generated {
+			fix = fmt.Sprintf("delete %s so that onprem generates a new CA and certificate (kubectl -n %s delete secret %s; then onprem install), and give clients the new CA", where, sec.Namespace, sec.Name)
+		}
+		f.problem(r, fmt.Sprintf("the CA certificate %s in %s (ca.crt) %s", c.Subject, where, msg), fix)
+	}
 }
 
 // certProblem checks the leaf certificate of a PEM chain against the
@@ -310,14 +326,27 @@ func certProblem(chain []byte, domain string, now time.Time) (Result, string) {
 	if err := cert.VerifyHostname(domain); err != nil {
 		return Fail, fmt.Sprintf("does not cover %s (it is for %s)", domain, strings.Join(names, ", "))
 	}
-	day := 24 * time.Hour
-	switch left := cert.NotAfter.Sub(now); {
-	case left <= 0:
-		return Fail, fmt.Sprintf("expired on %s", cert.NotAfter.UTC().Format(time.DateOnly))
-	case left < certWarnBefore:
-		return Warn, fmt.Sprintf("expires in %d days, on %s", int(left/day), cert.NotAfter.UTC().Format(time.DateOnly))
-	case now.Before(cert.NotBefore):
+	if r, msg := expiry(now, cert.NotAfter); r != Pass {
+		return r, msg
+	}
+	if now.Before(cert.NotBefore) {
 		return Warn, fmt.Sprintf("is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return Pass, fmt.Sprintf("the certificate covers %s and is valid until %s", domain, cert.NotAfter.UTC().Format(time.DateOnly))
+}
+
+// expiry judges a certificate's end of validity (installer/certs): Fail
+// once expired or within 7 days, Warn within 30.
+func expiry(now, notAfter time.Time) (Result, string) {
+	on := notAfter.UTC().Format(time.DateOnly)
+	switch certs.Judge(now, notAfter) {
+	case certs.Error:
+		if !notAfter.After(now) {
+			return Fail, fmt.Sprintf("expired on %s", on)
+		}
+		return Fail, fmt.Sprintf("expires in %d days, on %s (under %d days: renew it now)", certs.DaysLeft(now, notAfter), on, int(certs.FailBefore.Hours()/24))
+	case certs.Warning:
+		return Warn, fmt.Sprintf("expires in %d days, on %s", certs.DaysLeft(now, notAfter), on)
+	}
+	return Pass, ""
 }

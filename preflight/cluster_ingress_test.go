@@ -26,6 +26,7 @@ func TestCertProblem(t *testing.T) {
 		{"other domain", clusterCertPEM(t, now.Add(90*24*time.Hour), "other.example.org"), Fail, "does not cover ci.example.com (it is for other.example.org)"},
 		{"wildcard one level only", clusterCertPEM(t, now.Add(90*24*time.Hour), "*.ci.example.com.invalid"), Fail, "does not cover"},
 		{"expiring", clusterCertPEM(t, now.Add(10*24*time.Hour+time.Hour), "ci.example.com"), Warn, "expires in 10 days"},
+		{"expiring within a week", clusterCertPEM(t, now.Add(5*24*time.Hour+time.Hour), "ci.example.com"), Fail, "expires in 5 days, on "},
 		{"expired", clusterCertPEM(t, now.Add(-time.Hour), "ci.example.com"), Fail, "expired on"},
 		{"garbage", []byte("nope"), Fail, "no PEM certificate"},
 	} {
@@ -128,6 +129,18 @@ func TestIngress(t *testing.T) {
 	t.Run("tls certificate expired", func(t *testing.T) {
 		putTLS("platform-cert", corev1.SecretTypeTLS, clusterCertPEM(t, now.Add(-24*time.Hour), "ci.example.com"))
 		clusterExpect(t, clusterRun(t, ingressCheck(), envFor(secretMode)), Fail, "expired on")
+	})
+	t.Run("tls certificate good, its CA expiring within a week", func(t *testing.T) {
+		putTLS("platform-cert", corev1.SecretTypeTLS, clusterCertPEM(t, now.Add(200*24*time.Hour), "ci.example.com"))
+		sec, err := c.Client.CoreV1().Secrets(ns).Get(ctx, "platform-cert", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec.Data["ca.crt"] = clusterCertPEM(t, now.Add(3*24*time.Hour+time.Hour), "onprem CA")
+		if _, err := c.Client.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		clusterExpect(t, clusterRun(t, ingressCheck(), envFor(secretMode)), Fail, "the CA certificate CN=onprem CA in Secret onprem/platform-cert (ca.crt) expires in 3 days", "give clients the new CA")
 	})
 	t.Run("tls certificate good", func(t *testing.T) {
 		putTLS("platform-cert", corev1.SecretTypeTLS, clusterCertPEM(t, now.Add(200*24*time.Hour), "ci.example.com"))

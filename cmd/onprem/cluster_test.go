@@ -36,6 +36,11 @@ func TestInstallStatusAgainstACluster(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "platform 2.8.0 in namespace onprem") || !strings.Contains(stdout, "deployed") {
 		t.Errorf("status: %d\n%s", code, stdout)
 	}
+	// The self-signed CA and certificate onprem generated, with their
+	// expiry, far away.
+	if !strings.Contains(stdout, "certificates:\n  CA ") || !strings.Contains(stdout, "(Secret onprem-tls, tls.crt): expires ") || strings.Contains(stdout, "WARNING") {
+		t.Errorf("status certificates:\n%s", stdout)
+	}
 	code, stdout, _ = cli(t, dir, "diff", "--kubeconfig", c.Kubeconfig)
 	if code != 0 || !strings.Contains(stdout, "no differences") {
 		t.Errorf("diff: %d\n%s", code, stdout)

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/certs"
 	"onprem.dev/onprem/installer/output"
 	"onprem.dev/onprem/installer/state"
 )
@@ -51,6 +53,32 @@ func printBackupStatus(w io.Writer, b *action.BackupStatus) {
 
 const timeFormat = "2006-01-02 15:04:05 MST"
 
+// printCertificates lists the platform's certificates with their expiry.
+func printCertificates(w io.Writer, cs []action.CertificateStatus) {
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "certificates:")
+	for _, c := range cs {
+		kind := "certificate"
+		if c.IsCA {
+			kind = "CA"
+		}
+		when := fmt.Sprintf("expires %s, in %d days", c.NotAfter.Format(time.DateOnly), c.DaysLeft)
+		if c.DaysLeft < 0 || !c.NotAfter.After(time.Now()) {
+			when = fmt.Sprintf("EXPIRED on %s", c.NotAfter.Format(time.DateOnly))
+		}
+		mark := ""
+		switch c.Level {
+		case certs.Warning:
+			mark = "WARNING: "
+		case certs.Error:
+			mark = "ERROR: "
+		}
+		fmt.Fprintf(w, "  %s%s %s (Secret %s, %s): %s\n", mark, kind, c.Subject, c.Secret, c.Key, when)
+	}
+}
+
 func newStatusCmd() *cobra.Command {
 	a := &action.Status{}
 	var format string
@@ -59,9 +87,11 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show what is installed: version, components, readiness, last operation",
 		Long: `Show the installation recorded in the cluster: the platform version, each
 component's Helm release and revision, its ready and desired replicas, the
-last error, the last operation (who ran what, when, and how it ended), and
-the backups: their schedule (spec.backup), the newest backup, and why the
-newest scheduled one failed if it did.
+last error, the last operation (who ran what, when, and how it ended), the
+backups: their schedule (spec.backup), the newest backup, and why the
+newest scheduled one failed if it did; and the platform's certificates
+(the CA and the serving certificate, onprem's or spec.tls.secretName's)
+with their expiry: WARNING within 30 days, ERROR within 7 or once expired.
 Reads the cluster only; works from any machine with access.`,
 		Example: `  onprem status
   onprem status --namespace ci-platform -o json`,
@@ -93,6 +123,7 @@ Reads the cluster only; works from any machine with access.`,
 					}
 				}
 				printBackupStatus(w, res.Backups)
+				printCertificates(w, res.Certificates)
 			})
 		},
 	}

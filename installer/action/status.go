@@ -3,16 +3,20 @@ package action
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/certs"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
@@ -81,6 +85,34 @@ type StatusResult struct {
 	LastOperation *state.Operation  `json:"lastOperation,omitempty"`
 	// Backups are the scheduled backups and the newest backup.
 	Backups *BackupStatus `json:"backups,omitempty"`
+	// Certificates are the platform's: those of its namespace's TLS
+	// Secrets (onprem's self-signed CA and certificate, or the operator's
+	// spec.tls.secretName), with how soon each expires.
+	Certificates []CertificateStatus `json:"certificates,omitempty"`
+}
+
+// CertificateStatus is one certificate and its expiry: a warning within
+// 30 days, an error within 7 or once expired (installer/certs).
+type CertificateStatus struct {
+	certs.Certificate
+	DaysLeft int         `json:"daysLeft"`
+	Level    certs.Level `json:"level"`
+}
+
+// platformCertificates reads the certificates of the TLS Secrets of ns.
+func platformCertificates(ctx context.Context, c kubernetes.Interface, ns string, now time.Time) ([]CertificateStatus, error) {
+	l, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{FieldSelector: "type=" + string(corev1.SecretTypeTLS)})
+	if err != nil {
+		return nil, fmt.Errorf("reading the platform's TLS Secrets in %s: %w", ns, err)
+	}
+	sort.Slice(l.Items, func(i, j int) bool { return l.Items[i].Name < l.Items[j].Name })
+	var out []CertificateStatus
+	for i := range l.Items {
+		for _, cert := range certs.InSecret(&l.Items[i]) {
+			out = append(out, CertificateStatus{Certificate: cert, DaysLeft: certs.DaysLeft(now, cert.NotAfter), Level: certs.Judge(now, cert.NotAfter)})
+		}
+	}
+	return out, nil
 }
 
 // Run reads the state record, the Helm releases and the workloads.
@@ -124,6 +156,9 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 		out.Components = append(out.Components, cs)
 	}
 	if out.Backups, err = backupStatus(ctx, cl.Client, ns, st); err != nil {
+		return out, err
+	}
+	if out.Certificates, err = platformCertificates(ctx, cl.Client, ns, time.Now()); err != nil {
 		return out, err
 	}
 	return out, nil

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"onprem.dev/onprem/installer/certs"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/preflight"
 )
@@ -211,15 +212,12 @@ var certificateExpiry = Analyzer{
 		for _, c := range in.S.Certificates {
 			left := c.NotAfter.Sub(in.Now)
 			sev := Severity("")
-			switch {
-			case left <= 0:
+			switch certs.Judge(in.Now, c.NotAfter) {
+			case certs.Error:
 				sev = Error
-			case left < 7*24*time.Hour:
-				sev = Error
-			case left < 30*24*time.Hour:
+			case certs.Warning:
 				sev = Warning
-			}
-			if sev == "" {
+			default:
 				continue
 			}
 			what := "expires in " + left.Round(time.Hour).String()

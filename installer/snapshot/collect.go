@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/backup"
+	"onprem.dev/onprem/installer/certs"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
@@ -401,13 +400,13 @@ func collectSecrets(ctx context.Context, c *collection) (int, []string) {
 			continue
 		}
 		var infos []SecretInfo
-		var certs []Certificate
+		var found []Certificate
 		for _, s := range l.Items {
 			info := SecretInfo{Name: s.Name, Type: string(s.Type), Labels: s.Labels, Annotations: withoutLastApplied(s.Annotations), Created: s.CreationTimestamp.UTC()}
 			for k, v := range s.Data {
 				info.Keys = append(info.Keys, k)
 				if strings.HasSuffix(k, ".crt") || strings.HasSuffix(k, ".pem") {
-					certs = append(certs, parseCertificates(ns, s.Name, k, v)...)
+					found = append(found, certs.Parse(ns, s.Name, k, v)...)
 				}
 			}
 			sort.Strings(info.Keys)
@@ -419,7 +418,7 @@ func collectSecrets(ctx context.Context, c *collection) (int, []string) {
 			c.s.Namespaces[ns] = &Objects{}
 		}
 		c.s.Namespaces[ns].Secrets = infos
-		c.s.Certificates = append(c.s.Certificates, certs...)
+		c.s.Certificates = append(c.s.Certificates, found...)
 		c.mu.Unlock()
 	}
 	c.mu.Lock()
@@ -444,26 +443,6 @@ func withoutLastApplied(a map[string]string) map[string]string {
 		}
 	}
 	return out
-}
-
-func parseCertificates(ns, secret, key string, data []byte) []Certificate {
-	var out []Certificate
-	for {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			return out
-		}
-		if b.Type != "CERTIFICATE" {
-			continue
-		}
-		cert, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			continue
-		}
-		out = append(out, Certificate{Namespace: ns, Secret: secret, Key: key, Subject: cert.Subject.String(), Issuer: cert.Issuer.String(),
-			DNSNames: cert.DNSNames, IsCA: cert.IsCA, NotBefore: cert.NotBefore.UTC(), NotAfter: cert.NotAfter.UTC()})
-	}
 }
 
 func collectCluster(ctx context.Context, c *collection) (int, []string) {

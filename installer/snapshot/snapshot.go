@@ -22,6 +22,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
+	"onprem.dev/onprem/installer/certs"
 	"onprem.dev/onprem/installer/managedcluster"
 	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/runtime"
@@ -170,17 +171,7 @@ type Log struct {
 }
 
 // Certificate is one certificate found in a Secret.
-type Certificate struct {
-	Namespace string    `json:"namespace"`
-	Secret    string    `json:"secretName"`
-	Key       string    `json:"key"`
-	Subject   string    `json:"subject"`
-	Issuer    string    `json:"issuer"`
-	DNSNames  []string  `json:"dnsNames,omitempty"`
-	IsCA      bool      `json:"isCA,omitempty"`
-	NotBefore time.Time `json:"notBefore"`
-	NotAfter  time.Time `json:"notAfter"`
-}
+type Certificate = certs.Certificate
 
 // Health is one service's answer to its readiness endpoint: whether each
 // of its dependencies (databases, queues) answers it.
