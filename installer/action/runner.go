@@ -140,18 +140,13 @@ func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 		return nil, err
 	}
 	defer unlock()
-	names := a.Names
-	if a.All {
-		names = runner.Names(p.State)
+	names, err := namesToUpgrade(a.All, a.Names, runner.Names(p.State), func(n string) error {
+		return &runner.NotFoundError{Name: n, Known: runner.Names(p.State)}
+	})
+	if err != nil {
+		return nil, err
 	}
-	for _, n := range names {
-		if _, ok := p.State.Runners[n]; !ok {
-			return nil, inputErr(&runner.NotFoundError{Name: n, Known: runner.Names(p.State)})
-		}
-	}
-	var out []runner.Result
-	var errs []error
-	for _, n := range names {
+	return upgradeEach(names, func(n string) (*runner.Result, error) {
 		rec := p.State.Runners[n]
 		ref := runner.RecordRef(rec)
 		if !a.RunnerCluster.IsPlatformCluster() {
@@ -165,29 +160,62 @@ func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 		}
 		cl, err := runner.Connect(ctx, n, ref, a.Cluster, p.Cluster)
 		if err != nil {
-			errs = append(errs, err)
-			out = append(out, runner.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()})
-			continue
+			return nil, err
 		}
-		if cl.Server != rec.Server {
-			err := inputErr(fmt.Errorf("runner %s runs on the cluster at %s, but %s reaches %s: give its kubeconfig and context with --runner-kubeconfig and --runner-context",
-				n, rec.Server, describeOptions(ref), cl.Server))
-			errs = append(errs, err)
-			out = append(out, runner.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()})
-			continue
+		if err := recordedCluster("runner", n, rec.Server, ref, cl); err != nil {
+			return nil, err
 		}
-		res, err := installRunner(ctx, l, p, p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: ref}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+		return installRunner(ctx, l, p, p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: ref}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+	}, func(n string, err error) runner.Result {
+		rec := p.State.Runners[n]
+		return runner.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
+	})
+}
+
+// namesToUpgrade are the attachments an upgrade names (all recorded ones
+// with all); a name that is not recorded is refused (notFound) before
+// anything is touched.
+func namesToUpgrade(all bool, names, recorded []string, notFound func(string) error) ([]string, error) {
+	if all {
+		return recorded, nil
+	}
+	for _, n := range names {
+		if !slices.Contains(recorded, n) {
+			return nil, inputErr(notFound(n))
+		}
+	}
+	return names, nil
+}
+
+// upgradeEach upgrades the named attachments one after the other with
+// one: one that fails does not stop the others; a failure without a
+// result of its own gets failed's, and the error joins every failure.
+func upgradeEach[R any](names []string, one func(string) (*R, error), failed func(string, error) R) ([]R, error) {
+	var out []R
+	var errs []error
+	for _, n := range names {
+		res, err := one(n)
 		if res != nil {
 			out = append(out, *res)
 		}
 		if err != nil {
 			errs = append(errs, err)
 			if res == nil {
-				out = append(out, runner.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()})
+				out = append(out, failed(n, err))
 			}
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// recordedCluster refuses a cluster that is not the one the attachment
+// was recorded on, naming the flags that reach the right one.
+func recordedCluster(kind, name, server string, ref config.ClusterRef, cl *kube.Cluster) error {
+	if cl.Server == server {
+		return nil
+	}
+	return inputErr(fmt.Errorf("%s %s runs on the cluster at %s, but %s reaches %s: give its kubeconfig and context with --%s-kubeconfig and --%s-context",
+		kind, name, server, describeOptions(ref), cl.Server, kind, kind))
 }
 
 // RunnerUninstall removes a runner from its cluster and from the platform.

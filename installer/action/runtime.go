@@ -208,50 +208,31 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
 	}
 	defer unlock()
 	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
-	names := a.Names
-	if a.All {
-		names = runtime.Names(p.State)
+	names, err := namesToUpgrade(a.All, a.Names, runtime.Names(p.State), func(n string) error {
+		return &runtime.NotFoundError{Name: n, Known: runtime.Names(p.State)}
+	})
+	if err != nil {
+		return nil, err
 	}
-	for _, n := range names {
-		if _, ok := p.State.Runtimes[n]; !ok {
-			return nil, inputErr(&runtime.NotFoundError{Name: n, Known: runtime.Names(p.State)})
-		}
-	}
-	var out []runtime.Result
-	var errs []error
-	for _, n := range names {
+	return upgradeEach(names, func(n string) (*runtime.Result, error) {
 		rec := p.State.Runtimes[n]
 		ref := runtime.RecordRef(rec)
 		if !a.RuntimeCluster.IsPlatformCluster() {
 			ref = a.RuntimeCluster
 		}
-		failed := func(err error) {
-			errs = append(errs, err)
-			out = append(out, runtime.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()})
-		}
 		cl, err := runtime.Connect(ctx, "runtime "+n+": its cluster", ref, a.Cluster, pc)
 		if err != nil {
-			failed(err)
-			continue
+			return nil, err
 		}
-		if cl.Server != rec.Server {
-			failed(inputErr(fmt.Errorf("runtime %s runs on the cluster at %s, but %s reaches %s: give its kubeconfig and context with --runtime-kubeconfig and --runtime-context",
-				n, rec.Server, describeOptions(ref), cl.Server)))
-			continue
+		if err := recordedCluster("runtime", n, rec.Server, ref, cl); err != nil {
+			return nil, err
 		}
 		t := runtime.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token, PlatformToken: ptoken}
-		res, err := installRuntime(ctx, l, p, p.State.Version, t, runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
-		if res != nil {
-			out = append(out, *res)
-		}
-		if err != nil {
-			errs = append(errs, err)
-			if res == nil {
-				out = append(out, runtime.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()})
-			}
-		}
-	}
-	return out, errors.Join(errs...)
+		return installRuntime(ctx, l, p, p.State.Version, t, runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
+	}, func(n string, err error) runtime.Result {
+		rec := p.State.Runtimes[n]
+		return runtime.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
+	})
 }
 
 // RuntimeUninstall removes a runtime from its cluster and from the

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/release"
@@ -66,8 +67,15 @@ const (
 	LabelRunner = "onprem.dev/runner"
 	// AnnotationCreatedBy marks a namespace that onprem created for a
 	// runner (and so removes with it).
-	AnnotationCreatedBy = "onprem.dev/created-by"
+	AnnotationCreatedBy = attachment.AnnotationCreatedBy
 )
+
+// attachmentOf is what installer/attachment needs of a recorded runner:
+// its release in its namespace, and the engine's namespace.
+func attachmentOf(name string, rec state.Runner) attachment.Attachment {
+	return attachment.Attachment{Kind: "runner", Name: name, Label: LabelRunner, Release: rec.Release,
+		Namespaces: []string{rec.Namespace, rec.EngineNamespace}}
+}
 
 // Platform is the platform's side of a runner operation: its cluster, its
 // namespace and its record, read under the installation's lock. Changes to

@@ -6,7 +6,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/state"
 )
@@ -18,10 +18,7 @@ const (
 )
 
 // Readiness is ready over desired replicas of a workload.
-type Readiness struct {
-	Ready   int32 `json:"ready"`
-	Desired int32 `json:"desired"`
-}
+type Readiness = attachment.Readiness
 
 // Status is one runner as recorded and as found on its cluster.
 type Status struct {
@@ -73,12 +70,9 @@ func Observe(ctx context.Context, cl *kube.Cluster, name string, rec state.Runne
 		return s
 	}
 	s.Reachable = true
-	if info, err := apply.NewHelmReleases(cl.Getter, rec.Namespace, nil).Last(ctx, rec.Release); err != nil {
-		s.Release, s.Problem = "unknown", "reading its Helm release: "+err.Error()
-	} else if info == nil {
-		s.Release = "missing"
-	} else {
-		s.Release, s.Revision = info.Status, info.Revision
+	var revision int
+	if s.Release, revision, s.Problem = attachmentOf(name, rec).ReleaseState(ctx, cl); revision > 0 {
+		s.Revision = revision
 	}
 	read := func(ns, dep string) Readiness {
 		d, err := cl.Client.AppsV1().Deployments(ns).Get(ctx, dep, metav1.GetOptions{})
@@ -88,14 +82,10 @@ func Observe(ctx context.Context, cl *kube.Cluster, name string, rec state.Runne
 			}
 			return Readiness{}
 		}
-		desired := int32(1)
-		if d.Spec.Replicas != nil {
-			desired = *d.Spec.Replicas
-		}
-		return Readiness{Ready: d.Status.ReadyReplicas, Desired: desired}
+		return attachment.ReadinessOf(d)
 	}
 	s.Agent = read(rec.Namespace, AgentDeployment)
 	s.Engine = read(rec.EngineNamespace, EngineDeployment)
-	s.Ready = s.Agent.Desired > 0 && s.Agent.Ready >= s.Agent.Desired && s.Engine.Desired > 0 && s.Engine.Ready >= s.Engine.Desired
+	s.Ready = s.Agent.OK() && s.Engine.OK()
 	return s
 }

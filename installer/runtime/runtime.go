@@ -41,6 +41,7 @@ import (
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
 	"onprem.dev/onprem/installer/kube"
@@ -58,11 +59,16 @@ const (
 	LabelRuntime = "onprem.dev/runtime"
 	// AnnotationCreatedBy marks a namespace that onprem created for a
 	// runtime (and so removes with it).
-	AnnotationCreatedBy = "onprem.dev/created-by"
+	AnnotationCreatedBy = attachment.AnnotationCreatedBy
 	// GitUsername is the user name sent with the Git token (Git hosts
 	// accept any non-empty one with a token).
 	GitUsername = render.RuntimeGitUsername
 )
+
+// attachmentOf is what installer/attachment needs of a recorded runtime.
+func attachmentOf(name string, rec state.Runtime) attachment.Attachment {
+	return attachment.Attachment{Kind: "runtime", Name: name, Label: LabelRuntime, Release: rec.Release, Namespaces: []string{rec.Namespace}}
+}
 
 // Platform is the platform's side of a runtime operation: its cluster, its
 // namespace, its configuration and its record, read under the lock.

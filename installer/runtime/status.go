@@ -7,7 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
@@ -64,12 +64,9 @@ func Observe(ctx context.Context, cl *kube.Cluster, st *state.State, name string
 		return s
 	}
 	s.Reachable = true
-	if info, err := apply.NewHelmReleases(cl.Getter, rec.Namespace, nil).Last(ctx, rec.Release); err != nil {
-		s.Release, s.Problem = "unknown", "reading its Helm release: "+err.Error()
-	} else if info == nil {
-		s.Release = "missing"
-	} else {
-		s.Release, s.Revision = info.Status, info.Revision
+	var revision int
+	if s.Release, revision, s.Problem = attachmentOf(name, rec).ReleaseState(ctx, cl); revision > 0 {
+		s.Revision = revision
 	}
 	deps, err := cl.Client.AppsV1().Deployments(rec.Namespace).List(ctx, metav1.ListOptions{LabelSelector: render.ComponentLabel + "=" + rec.Release})
 	if err != nil {
@@ -81,13 +78,10 @@ func Observe(ctx context.Context, cl *kube.Cluster, st *state.State, name string
 	sort.Slice(deps.Items, func(i, j int) bool { return deps.Items[i].Name < deps.Items[j].Name })
 	s.Workloads = map[string]string{}
 	s.Ready = len(deps.Items) > 0 && s.Release == "deployed"
-	for _, d := range deps.Items {
-		desired := int32(1)
-		if d.Spec.Replicas != nil {
-			desired = *d.Spec.Replicas
-		}
-		s.Workloads[d.Name] = fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, desired)
-		if d.Status.ReadyReplicas < desired {
+	for i := range deps.Items {
+		r := attachment.ReadinessOf(&deps.Items[i])
+		s.Workloads[deps.Items[i].Name] = fmt.Sprintf("%d/%d", r.Ready, r.Desired)
+		if r.Ready < r.Desired {
 			s.Ready = false
 		}
 	}

@@ -2,13 +2,7 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/kube"
@@ -86,56 +80,8 @@ func Uninstall(ctx context.Context, p *Platform, name string, cl *kube.Cluster, 
 }
 
 func removeFromCluster(ctx context.Context, cl *kube.Cluster, name string, rec state.Runtime, o Options, out *UninstallResult) error {
-	start := time.Now()
-	report := func(ph apply.Phase, err error, action apply.Action) {
-		if o.Reporter != nil {
-			o.Reporter.Report(apply.Event{Component: rec.Release, Phase: ph, Err: err, Action: action, Elapsed: time.Since(start)})
-		}
-	}
-	report(apply.PhaseApplying, nil, "")
-	fail := func(err error) error {
-		report(apply.PhaseFailed, err, "")
-		return err
-	}
-	if err := apply.NewHelmReleases(cl.Getter, rec.Namespace, nil).Uninstall(ctx, rec.Release, o.Timeout); err != nil {
-		return fail(fmt.Errorf("runtime %s: %w", name, err))
-	}
-	out.Removed = append(out.Removed, fmt.Sprintf("Helm release %s/%s", rec.Namespace, rec.Release))
-	sel := metav1.ListOptions{LabelSelector: LabelRuntime + "=" + name + ",app.kubernetes.io/managed-by=" + state.ManagedBy}
-	if err := cl.Client.CoreV1().Secrets(rec.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
-		return fail(fmt.Errorf("runtime %s: deleting its Secrets in %s: %w", name, rec.Namespace, err))
-	}
-	out.Removed = append(out.Removed, "its Secrets in "+rec.Namespace+" (the Git and platform tokens, the platform's CA, managed clusters' credentials)")
-
-	ns, err := cl.Client.CoreV1().Namespaces().Get(ctx, rec.Namespace, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		report(apply.PhaseReady, nil, "removed")
-		return nil
-	case err != nil:
-		return fail(fmt.Errorf("runtime %s: reading namespace %s: %w", name, rec.Namespace, err))
-	case ns.Annotations[AnnotationCreatedBy] != state.ManagedBy || ns.Labels[LabelRuntime] != name:
-		out.Kept = append(out.Kept, "namespace "+rec.Namespace+" (onprem did not create it)")
-		report(apply.PhaseReady, nil, "removed")
-		return nil
-	}
-	if err := cl.Client.CoreV1().Namespaces().Delete(ctx, rec.Namespace, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return fail(fmt.Errorf("runtime %s: deleting namespace %s: %w", name, rec.Namespace, err))
-	}
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, o.Timeout, true, func(ctx context.Context) (bool, error) {
-		_, err := cl.Client.CoreV1().Namespaces().Get(ctx, rec.Namespace, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	})
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("still terminating after %s", o.Timeout)
-		}
-		return fail(fmt.Errorf("runtime %s: waiting for namespace %s to go: %w", name, rec.Namespace, err))
-	}
-	out.Removed = append(out.Removed, "namespace "+rec.Namespace)
-	report(apply.PhaseReady, nil, "removed")
-	return nil
+	removed, kept, err := attachmentOf(name, rec).Remove(ctx, cl, o.Timeout, o.Reporter)
+	out.Removed = append(out.Removed, removed...)
+	out.Kept = append(out.Kept, kept...)
+	return err
 }

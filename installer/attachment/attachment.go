@@ -1,0 +1,170 @@
+// Package attachment is what runners and GitOps runtimes share on their
+// own cluster, and what a third kind of Helm release that onprem installs
+// beside the platform (on its cluster or another one) would share too:
+// the marks onprem puts on what it creates for one, the state of its Helm
+// release and Deployments, and its removal.
+//
+// Each kind keeps its own record in the installation's state, its own
+// rules (installer/runner, installer/runtime) and its own objects; an
+// Attachment names what this package needs of one.
+package attachment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/state"
+)
+
+// AnnotationCreatedBy marks a namespace that onprem created for an
+// attachment, and so removes with it; a namespace without it is the
+// operator's and stays.
+const AnnotationCreatedBy = "onprem.dev/created-by"
+
+// Attachment is one installed attachment, as its cluster holds it.
+type Attachment struct {
+	// Kind names the kind in messages: "runner", "runtime".
+	Kind string
+	Name string
+	// Label marks everything onprem creates for it (with Name as value):
+	// onprem.dev/runner, onprem.dev/runtime.
+	Label string
+	// Release is its Helm release, in Namespaces[0].
+	Release string
+	// Namespaces are its namespaces, the release's first.
+	Namespaces []string
+}
+
+func (a Attachment) errorf(format string, args ...any) error {
+	return fmt.Errorf(a.Kind+" "+a.Name+": "+format, args...)
+}
+
+// ReleaseState reads the attachment's Helm release: its status ("missing"
+// when there is none, "unknown" with a problem when it cannot be read)
+// and revision.
+func (a Attachment) ReleaseState(ctx context.Context, cl *kube.Cluster) (status string, revision int, problem string) {
+	info, err := apply.NewHelmReleases(cl.Getter, a.Namespaces[0], nil).Last(ctx, a.Release)
+	switch {
+	case err != nil:
+		return "unknown", 0, "reading its Helm release: " + err.Error()
+	case info == nil:
+		return "missing", 0, ""
+	}
+	return info.Status, info.Revision, ""
+}
+
+// Readiness is a Deployment's ready and desired replicas.
+type Readiness struct {
+	Ready   int32 `json:"ready"`
+	Desired int32 `json:"desired"`
+}
+
+// OK reports a Deployment that wants replicas and has them all ready.
+func (r Readiness) OK() bool { return r.Desired > 0 && r.Ready >= r.Desired }
+
+// ReadinessOf is a Deployment's readiness (a nil replica count is one).
+func ReadinessOf(d *appsv1.Deployment) Readiness {
+	desired := int32(1)
+	if d.Spec.Replicas != nil {
+		desired = *d.Spec.Replicas
+	}
+	return Readiness{Ready: d.Status.ReadyReplicas, Desired: desired}
+}
+
+// Remove removes the attachment from its cluster: the Helm release, the
+// Secrets and ConfigMaps onprem labelled for it in its namespaces, and
+// the namespaces onprem created for it (waited for until gone, so that an
+// install right after does not find them terminating). It returns what
+// went and what stayed; reporter (optional) sees it as one component.
+func (a Attachment) Remove(ctx context.Context, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (removed, kept []string, err error) {
+	if timeout <= 0 {
+		timeout = apply.DefaultTimeout
+	}
+	var namespaces []string // never "": that would be every namespace
+	for _, ns := range a.Namespaces {
+		if ns != "" && !slices.Contains(namespaces, ns) {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	if len(namespaces) == 0 {
+		return nil, nil, a.errorf("no namespace recorded")
+	}
+	start := time.Now()
+	report := func(ph apply.Phase, err error, action apply.Action) {
+		if reporter != nil {
+			reporter.Report(apply.Event{Component: a.Release, Phase: ph, Err: err, Action: action, Elapsed: time.Since(start)})
+		}
+	}
+	fail := func(err error) ([]string, []string, error) {
+		report(apply.PhaseFailed, err, "")
+		return removed, kept, err
+	}
+	report(apply.PhaseApplying, nil, "")
+	if err := apply.NewHelmReleases(cl.Getter, namespaces[0], nil).Uninstall(ctx, a.Release, timeout); err != nil {
+		return fail(a.errorf("%w", err))
+	}
+	removed = append(removed, fmt.Sprintf("Helm release %s/%s", namespaces[0], a.Release))
+
+	sel := metav1.ListOptions{LabelSelector: a.Label + "=" + a.Name + ",app.kubernetes.io/managed-by=" + state.ManagedBy}
+	for _, ns := range namespaces {
+		if err := cl.Client.CoreV1().Secrets(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
+			return fail(a.errorf("deleting its Secrets in %s: %w", ns, err))
+		}
+		if err := cl.Client.CoreV1().ConfigMaps(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
+			return fail(a.errorf("deleting its ConfigMaps in %s: %w", ns, err))
+		}
+		removed = append(removed, "its Secrets and ConfigMaps in "+ns)
+	}
+
+	var gone []string
+	for _, ns := range slices.Backward(namespaces) {
+		cur, err := cl.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fail(a.errorf("reading namespace %s: %w", ns, err))
+		}
+		if cur.Annotations[AnnotationCreatedBy] != state.ManagedBy || cur.Labels[a.Label] != a.Name {
+			kept = append(kept, "namespace "+ns+" (onprem did not create it)")
+			continue
+		}
+		if err := cl.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fail(a.errorf("deleting namespace %s: %w", ns, err))
+		}
+		gone = append(gone, ns)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, ns := range gone {
+			_, err := cl.Client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			if err == nil {
+				return false, nil
+			}
+			if !apierrors.IsNotFound(err) {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("still terminating after %s", timeout)
+		}
+		return fail(a.errorf("waiting for namespaces %v to go: %w", gone, err))
+	}
+	for _, ns := range gone {
+		removed = append(removed, "namespace "+ns)
+	}
+	report(apply.PhaseReady, nil, "removed")
+	return removed, kept, nil
+}
