@@ -1,34 +1,14 @@
 package certs
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-func pemCert(t *testing.T, cn string, isCA bool, notAfter time.Time) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: notAfter.Add(-400 * 24 * time.Hour),
-		NotAfter: notAfter, IsCA: isCA, BasicConstraintsValid: true, DNSNames: []string{cn}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
+	"onprem.dev/onprem/installer/certs/certstest"
+)
 
 func TestJudge(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -54,7 +34,7 @@ func TestJudge(t *testing.T) {
 // the private key are skipped; nothing but certificate fields comes out.
 func TestInSecret(t *testing.T) {
 	exp := time.Date(2028, 1, 2, 0, 0, 0, 0, time.UTC)
-	leaf, ca := pemCert(t, "ci.example.com", false, exp), pemCert(t, "onprem CA", true, exp.AddDate(5, 0, 0))
+	leaf, ca := certstest.PEM(t, "ci.example.com", false, exp), certstest.PEM(t, "onprem CA", true, exp.AddDate(5, 0, 0))
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "onprem-tls", Namespace: "onprem"}, Data: map[string][]byte{
 		"tls.crt": append(append([]byte{}, leaf...), ca...), "ca.crt": ca,
 		"tls.key": []byte("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n"), "password": []byte("hunter2"),
