@@ -173,23 +173,17 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
 	case len(a.Names) != 1 && (!a.RuntimeCluster.IsPlatformCluster() || a.TokenFile != "" || a.PlatformTokenFile != ""):
 		return nil, inputErr(errors.New("--runtime-kubeconfig, --runtime-context, --git-token-file and --platform-token-file apply to one runtime: upgrade the others on their own"))
 	}
-	var token, ptoken []byte
-	if a.TokenFile != "" {
-		t, err := gitToken(a.TokenFile, "-", config.SecretSource{})
-		if err != nil {
-			return nil, err
-		}
-		token = t
-		defer clear(token)
+	// New tokens only from files; none given keeps the ones on the cluster.
+	token, err := gitToken(a.TokenFile, "-", config.SecretSource{})
+	if err != nil {
+		return nil, err
 	}
-	if a.PlatformTokenFile != "" {
-		t, err := platformToken(a.PlatformTokenFile, "-", config.SecretSource{})
-		if err != nil {
-			return nil, err
-		}
-		ptoken = t
-		defer clear(ptoken)
+	defer clear(token)
+	ptoken, err := platformToken(a.PlatformTokenFile, "-", config.SecretSource{})
+	if err != nil {
+		return nil, err
 	}
+	defer clear(ptoken)
 	l, err := a.Source.Load(ctx)
 	if err != nil {
 		return nil, err

@@ -271,6 +271,16 @@ func (p *postRender) placement() map[string]any {
 	}
 }
 
+// noProxy is NO_PROXY for pods of namespace ns: loopback, the cluster's
+// services and ns always, then the operator's spec.proxy.noProxy.
+func noProxy(ns, operators string) string {
+	l := []string{"localhost", "127.0.0.1", ".svc", ".cluster.local", ns}
+	if operators != "" {
+		l = append(l, operators)
+	}
+	return strings.Join(l, ",")
+}
+
 // proxy gives every container of every chart workload the proxy
 // environment (upper and lower case: tools read either). Kustomize cannot
 // patch "every container", so a strategic-merge patch is written per
@@ -280,10 +290,6 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 	if px.HTTPProxy == "" && px.HTTPSProxy == "" {
 		return nil, nil
 	}
-	noProxy := []string{"localhost", "127.0.0.1", ".svc", ".cluster.local", p.in.Spec.Namespace}
-	if px.NoProxy != "" {
-		noProxy = append(noProxy, px.NoProxy)
-	}
 	var env []any
 	add := func(name, value string) {
 		if value != "" {
@@ -292,7 +298,7 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 	}
 	add("HTTP_PROXY", px.HTTPProxy)
 	add("HTTPS_PROXY", px.HTTPSProxy)
-	add("NO_PROXY", strings.Join(noProxy, ","))
+	add("NO_PROXY", noProxy(p.in.Spec.Namespace, px.NoProxy))
 
 	var patches []any
 	for _, u := range objs {

@@ -323,11 +323,7 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 	if px := s.Proxy; px.HTTPProxy != "" || px.HTTPSProxy != "" {
 		want[release.ContractHTTPProxy] = px.HTTPProxy
 		want[release.ContractHTTPSProxy] = px.HTTPSProxy
-		noProxy := []string{"localhost", "127.0.0.1", ".svc", ".cluster.local", rt.Namespace}
-		if px.NoProxy != "" {
-			noProxy = append(noProxy, px.NoProxy)
-		}
-		want[release.ContractNoProxy] = strings.Join(noProxy, ",")
+		want[release.ContractNoProxy] = noProxy(rt.Namespace, px.NoProxy)
 	}
 
 	// What the runtime cannot work without, or an access mode it was
