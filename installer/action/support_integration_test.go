@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/installer/doctor"
@@ -281,23 +282,29 @@ func breakPlatform(t *testing.T, c *testcluster.Cluster) []wanted {
 	}
 	slices.SortFunc(services, func(a, b appsv1.Deployment) int { return strings.Compare(a.Name, b.Name) })
 	pull, crash, oom := services[0], services[1], services[2]
+	// Controllers write status between a read and a write: a conflict
+	// means read again and change again.
 	patchTemplate := func(d appsv1.Deployment, annotations map[string]string, image string) {
 		t.Helper()
-		cur, err := k.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{})
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := k.AppsV1().Deployments(ns).Get(ctx, d.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if cur.Spec.Template.Annotations == nil {
+				cur.Spec.Template.Annotations = map[string]string{}
+			}
+			for k, v := range annotations {
+				cur.Spec.Template.Annotations[k] = v
+			}
+			if image != "" {
+				cur.Spec.Template.Spec.Containers[0].Image = image
+			}
+			cur.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
+			_, err = k.AppsV1().Deployments(ns).Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		if cur.Spec.Template.Annotations == nil {
-			cur.Spec.Template.Annotations = map[string]string{}
-		}
-		for k, v := range annotations {
-			cur.Spec.Template.Annotations[k] = v
-		}
-		if image != "" {
-			cur.Spec.Template.Spec.Containers[0].Image = image
-		}
-		cur.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")}
-		if _, err := k.AppsV1().Deployments(ns).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -308,15 +315,19 @@ func breakPlatform(t *testing.T, c *testcluster.Cluster) []wanted {
 	patchTemplate(oom, map[string]string{testcluster.AnnotationWaiting: "CrashLoopBackOff", testcluster.AnnotationLastReason: "OOMKilled"}, "")
 
 	// The database's pods never become ready.
-	pg, err := k.AppsV1().StatefulSets(ns).Get(ctx, "postgresql", metav1.GetOptions{})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pg, err := k.AppsV1().StatefulSets(ns).Get(ctx, "postgresql", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pg.Spec.Template.Annotations == nil {
+			pg.Spec.Template.Annotations = map[string]string{}
+		}
+		pg.Spec.Template.Annotations[testcluster.AnnotationNeverReady] = "true"
+		_, err = k.AppsV1().StatefulSets(ns).Update(ctx, pg, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if pg.Spec.Template.Annotations == nil {
-		pg.Spec.Template.Annotations = map[string]string{}
-	}
-	pg.Spec.Template.Annotations[testcluster.AnnotationNeverReady] = "true"
-	if _, err := k.AppsV1().StatefulSets(ns).Update(ctx, pg, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -388,12 +399,21 @@ func breakPlatform(t *testing.T, c *testcluster.Cluster) []wanted {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := metav1.Now()
-	node.Status.Conditions = []corev1.NodeCondition{
-		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now},
-		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: "KubeletHasInsufficientMemory", Message: "kubelet has insufficient memory available", LastHeartbeatTime: now, LastTransitionTime: now},
-	}
-	if _, err := k.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// The node controllers write to a new node too (taints, annotations):
+	// a conflict means read it again and set the conditions once more.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if node, err = k.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		node.Status.Conditions = []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue, Reason: "KubeletHasInsufficientMemory", Message: "kubelet has insufficient memory available", LastHeartbeatTime: now, LastTransitionTime: now},
+		}
+		_, err := k.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 
