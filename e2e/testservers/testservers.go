@@ -44,10 +44,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,14 +61,65 @@ import (
 const stopGrace = 10 * time.Second
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+//
+// It is chosen below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), at random: a port the kernel hands out
+// for "port 0" or as the local end of an outgoing connection can be taken
+// by someone else between this answer and the server's own bind (RabbitMQ
+// binds seconds later, and failed on that with eaddrinuse), while a port
+// below that range is only ever taken by someone who asks for it by number.
+// One test binary never gets the same port twice.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testservers: finding a free port: %v", err)
+	low := ephemeralLow()
+	for range 200 {
+		port := portFloor + rand.IntN(low-portFloor)
+		if !handOut(port) {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("testservers: no free port found between %d and %d", portFloor, low)
+	return 0
+}
+
+// portFloor is the lowest port FreePort returns (above the well-known and
+// the usual registered service ports).
+const portFloor = 20000
+
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
+// handOut records port as given out; false if it already was.
+func handOut(port int) bool {
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
+	if handedOut[port] {
+		return false
+	}
+	handedOut[port] = true
+	return true
+}
+
+// ephemeralLow is the lowest port of the kernel's ephemeral range (32768
+// when it cannot be read, Linux's default).
+func ephemeralLow() int {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > portFloor+1000 {
+				low = n
+			}
+		}
+	}
+	return low
 }
 
 // tempDir is a fresh folder under the system's temporary folder that
