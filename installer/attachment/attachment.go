@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -23,6 +24,7 @@ import (
 
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -79,6 +81,59 @@ func ReadinessOf(d *appsv1.Deployment) Readiness {
 		desired = *d.Spec.Replicas
 	}
 	return Readiness{Ready: d.Status.ReadyReplicas, Desired: desired}
+}
+
+// WaitReady waits until every Deployment of the attachment's release (the
+// objects labelled render.ComponentLabel=Release in its namespaces) has
+// all the replicas it wants ready, or until timeout. It is the same test
+// as the listings' (ReadinessOf), made after Helm's own wait: that wait
+// (kstatus) once let a runtime's release through with a Deployment still
+// at 0/1, and a listing a moment later said not ready. "Ready" after an
+// install means what "ready" means in a listing. Its error does not
+// name the attachment (the caller's does).
+func (a Attachment) WaitReady(ctx context.Context, cl *kube.Cluster, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = apply.DefaultTimeout
+	}
+	var waiting []string
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		waiting, lastErr = waiting[:0], nil
+		for _, ns := range a.Namespaces {
+			if ns == "" {
+				continue
+			}
+			deps, err := cl.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{LabelSelector: render.ComponentLabel + "=" + a.Release})
+			if err != nil {
+				lastErr = err
+				return false, nil
+			}
+			for i := range deps.Items {
+				if r := ReadinessOf(&deps.Items[i]); r.Ready < r.Desired {
+					waiting = append(waiting, fmt.Sprintf("%s/%s %d/%d", ns, deps.Items[i].Name, r.Ready, r.Desired))
+				}
+			}
+		}
+		return len(waiting) == 0, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case lastErr != nil:
+		return fmt.Errorf("reading its Deployments: %w", lastErr)
+	default:
+		return fmt.Errorf("not ready within %s: %s: %w", timeout.Round(time.Second), strings.Join(waiting, ", "), err)
+	}
+}
+
+// Remaining is what is left of timeout (apply.DefaultTimeout when zero)
+// since start, and never less than half a minute: the time a wait after
+// the apply gets.
+func Remaining(timeout time.Duration, start time.Time) time.Duration {
+	if timeout <= 0 {
+		timeout = apply.DefaultTimeout
+	}
+	return max(timeout-time.Since(start), 30*time.Second)
 }
 
 // Remove removes the attachment from its cluster: the Helm release, the

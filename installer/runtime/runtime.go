@@ -341,6 +341,11 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 
 	cr, aerr := apply.ApplyOne(ctx, cl, pr.Release.Version, rt.Namespace, pr.Component, o.Timeout, o.Reporter)
 	res.Action, res.Revision, res.Error, res.NotReady = cr.Action, cr.Revision, cr.Error, cr.NotReady
+	if aerr == nil {
+		if aerr = attachmentOf(rt.Name, rec).WaitReady(ctx, cl, attachment.Remaining(o.Timeout, start)); aerr != nil {
+			res.Action, res.Error = apply.Failed, aerr.Error()
+		}
+	}
 	res.Elapsed = time.Since(start)
 	if aerr != nil {
 		rec.Status = "failed: " + res.Error
