@@ -98,8 +98,12 @@ func checkCreated(t *testing.T, s *corev1.Secret, p credentials.Secret) {
 	if string(s.Type) != p.Type {
 		t.Errorf("%s: type %s, want %s", s.Name, s.Type, p.Type)
 	}
-	if len(s.Data) != len(p.Keys) {
-		t.Errorf("%s: %d keys, want %d", s.Name, len(s.Data), len(p.Keys))
+	want := len(p.Keys)
+	if slices.ContainsFunc(p.Keys, func(k credentials.Key) bool { return k.Name == KeyCACert && k.Kind == credentials.TLSPair }) {
+		want++ // the CA's key, kept beside its certificate
+	}
+	if len(s.Data) != want {
+		t.Errorf("%s: %d keys, want %d", s.Name, len(s.Data), want)
 	}
 	for _, k := range p.Keys {
 		v := s.Data[k.Name]
@@ -480,10 +484,10 @@ func TestValues(t *testing.T) {
 		}
 	}
 	if !slices.EqualFunc(vals, want, bytes.Equal) {
-		t.Errorf("Values gave %d values, want %d (passwords, keys, tls.key of the generated Secrets)", len(vals), len(want))
+		t.Errorf("Values gave %d values, want %d (passwords, keys, tls.key and ca.key of the generated Secrets)", len(vals), len(want))
 	}
-	// 9 Secrets: 8 passwords (root, postgres, redis, rabbitmq x2, 3 services), 2 keys, tls.key.
-	if len(vals) != 11 {
-		t.Errorf("%d values, want 11", len(vals))
+	// 9 Secrets: 8 passwords (root, postgres, redis, rabbitmq x2, 3 services), 2 keys, tls.key, ca.key.
+	if len(vals) != 12 {
+		t.Errorf("%d values, want 12", len(vals))
 	}
 }

@@ -28,24 +28,24 @@
 //	tls.key  the certificate's ECDSA P-256 key, PKCS#8 ("PRIVATE KEY")
 //	ca.crt   the self-signed CA ("onprem CA for DOMAIN"), the file operators
 //	         and clients add to their trust stores
+//	ca.key   the CA's ECDSA P-256 key, PKCS#8 (not a planned key: see KeyCAKey)
 //
 // This is the kubernetes.io/tls convention cert-manager also follows
-// (tls.crt = leaf and intermediates, ca.crt = the root). The CA's private
-// key is discarded once the certificate is signed: nothing can ever sign
-// another certificate with that CA, so trusting it trusts only DOMAIN and
-// *.DOMAIN. The certificate is valid 825 days and the CA 10 years, both
-// from an hour before generation (clock skew); renewing the certificate
-// means a new pair.
+// (tls.crt = leaf and intermediates, ca.crt = the root). The CA carries
+// critical name constraints (RFC 5280) permitting DOMAIN and its
+// subdomains only: its key, kept so that `onprem rotate certificates` can
+// sign a new certificate that clients already trust, can vouch for no
+// other name. (Installations made before the key was kept lack ca.key, and
+// their CA had no constraints; rotating their certificate makes a new CA.)
+// The certificate is valid 825 days and the CA 10 years, both from an hour
+// before generation (clock skew). During a CA rotation ca.crt holds the new
+// CA and the old one, so that clients trust both until the old one is
+// retired (installer/rotate).
 package secrets
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -138,6 +138,10 @@ func generate(name string, keys []credentials.Key, o GenerateOptions) (map[strin
 				pair = p
 			}
 			out[k.Name] = pair[k.Name]
+			// The CA's key goes with a new CA certificate.
+			if k.Name == KeyCACert {
+				out[KeyCAKey] = pair[KeyCAKey]
+			}
 		default:
 			return nil, fmt.Errorf("secret %s: key %s: unknown kind %q (valid: %s, %s, %s, %s)", name, k.Name, k.Kind,
 				credentials.Password, credentials.RandomKey, credentials.Fixed, credentials.TLSPair)
@@ -202,79 +206,22 @@ func checkDomain(d string) error {
 }
 
 // tlsPair makes a CA and a certificate for the domain signed by it, and
-// returns tls.crt, tls.key and ca.crt. The CA's key is not kept.
+// returns tls.crt, tls.key, ca.crt and the CA's key (ca.key).
 func tlsPair(o GenerateOptions) (map[string][]byte, error) {
-	domain := o.Domain
-	if err := checkDomain(domain); err != nil {
-		return nil, err
-	}
 	now := time.Now
 	if o.Now != nil {
 		now = o.Now
 	}
-	notBefore := now().Add(-backdate).UTC().Truncate(time.Second)
-
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generating the CA key: %w", err)
-	}
-	caSerial, err := serialNumber()
+	t := now()
+	caCert, caKey, err := NewCA(o.Domain, t)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          caSerial,
-		Subject:               pkix.Name{CommonName: "onprem CA for " + domain, Organization: []string{"onprem"}},
-		NotBefore:             notBefore,
-		NotAfter:              notBefore.AddDate(caYears, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLen:            0,
-		MaxPathLenZero:        true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		return nil, fmt.Errorf("signing the CA certificate: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, fmt.Errorf("reading back the CA certificate: %w", err)
-	}
-
-	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generating the certificate key: %w", err)
-	}
-	leafSerial, err := serialNumber()
+	cert, key, err := SignServing(o.Domain, caCert, caKey, t)
 	if err != nil {
 		return nil, err
 	}
-	leafTmpl := &x509.Certificate{
-		SerialNumber:          leafSerial,
-		Subject:               pkix.Name{CommonName: domain, Organization: []string{"onprem"}},
-		DNSNames:              []string{domain, "*." + domain},
-		NotBefore:             notBefore,
-		NotAfter:              notBefore.Add(leafValidity), // the whole period is 825 days, as Apple platforms require
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-	}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, leafKey.Public(), caKey)
-	if err != nil {
-		return nil, fmt.Errorf("signing the certificate for %s: %w", domain, err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(leafKey)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the certificate key: %w", err)
-	}
-	out := map[string][]byte{
-		KeyTLSCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}),
-		KeyTLSKey:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-		KeyCACert:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-	}
-	clear(keyDER)
-	return out, nil
+	return map[string][]byte{KeyTLSCert: cert, KeyTLSKey: key, KeyCACert: caCert, KeyCAKey: caKey}, nil
 }
 
 // serialNumber is a positive random number of up to 128 bits (RFC 5280

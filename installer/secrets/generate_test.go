@@ -188,8 +188,8 @@ func TestTLSPair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(data) != 3 {
-		t.Fatalf("TLS keys: %d, want tls.crt, tls.key, ca.crt", len(data))
+	if len(data) != 4 {
+		t.Fatalf("TLS keys: %d, want tls.crt, tls.key, ca.crt and ca.key", len(data))
 	}
 	leaves := parseCerts(t, "tls.crt", data["tls.crt"])
 	if len(leaves) != 1 {
@@ -283,6 +283,23 @@ func TestTLSPair(t *testing.T) {
 	}
 	if _, err := tls.X509KeyPair(data["tls.crt"], data["tls.key"]); err != nil {
 		t.Errorf("tls.crt and tls.key are not a pair: %v", err)
+	}
+
+	// The CA's key is kept, belongs to the CA, and signs only for the
+	// domain: a certificate for another name made with it does not verify.
+	if _, _, err := ParseCA(data["ca.crt"], data[KeyCAKey]); err != nil {
+		t.Errorf("ca.key: %v", err)
+	}
+	if !ca.PermittedDNSDomainsCritical || strings.Join(ca.PermittedDNSDomains, " ") != testDomain {
+		t.Errorf("CA name constraints: critical %v, permitted %v", ca.PermittedDNSDomainsCritical, ca.PermittedDNSDomains)
+	}
+	other, _, err := SignServing("other.example", data["ca.crt"], data[KeyCAKey], now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oc := parseCerts(t, "other", other)[0]
+	if _, err := oc.Verify(x509.VerifyOptions{DNSName: "other.example", Roots: roots, CurrentTime: now}); err == nil {
+		t.Error("the CA vouches for other.example")
 	}
 
 	// Another Secret gets another CA.

@@ -139,8 +139,8 @@ func TestEnsureAgainstAKubeAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(vals) != 11 {
-			t.Errorf("Values: %d values, want 11", len(vals))
+		if len(vals) != 12 { // with the CA's key
+			t.Errorf("Values: %d values, want 12", len(vals))
 		}
 		list, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
