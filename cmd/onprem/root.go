@@ -117,8 +117,28 @@ access.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
-	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newPreflightCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd(), newUpgradeCmd(), newRollbackCmd(), newAdoptCmd(), newBundleCmd(), newRunnerCmd(), newRuntimeCmd(), newLocalCmd(), newBackupCmd(), newRestoreCmd(), newSupportBundleCmd(), newDoctorCmd())
+	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newPreflightCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd(), newUpgradeCmd(), newRollbackCmd(), newAdoptCmd(), newBundleCmd(), newRunnerCmd(), newRuntimeCmd(), newLocalCmd(), newBackupCmd(), newRestoreCmd(), newSupportBundleCmd(), newDoctorCmd(), newRotateCmd())
+	argsAreInput(root)
 	return root
+}
+
+// argsAreInput makes every command's argument check an input error, so
+// that a wrong argument exits 2 ("bad arguments, nothing was changed")
+// like a wrong flag, not 1 as cobra's own errors would.
+func argsAreInput(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			err := check(cmd, args)
+			var ie inputError
+			if err == nil || errors.As(err, &ie) {
+				return err
+			}
+			return inputError{err}
+		}
+	}
+	for _, sub := range c.Commands() {
+		argsAreInput(sub)
+	}
 }
 
 // addSourceFlags adds the flags that say where the configuration comes
