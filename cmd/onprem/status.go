@@ -60,23 +60,29 @@ func printCertificates(w io.Writer, cs []action.CertificateStatus) {
 	}
 	fmt.Fprintln(w, "certificates:")
 	for _, c := range cs {
-		kind := "certificate"
-		if c.IsCA {
-			kind = "CA"
-		}
-		when := fmt.Sprintf("expires %s, in %d days", c.NotAfter.Format(time.DateOnly), c.DaysLeft)
-		if c.DaysLeft < 0 || !c.NotAfter.After(time.Now()) {
-			when = fmt.Sprintf("EXPIRED on %s", c.NotAfter.Format(time.DateOnly))
-		}
-		mark := ""
-		switch c.Level {
-		case certs.Warning:
-			mark = "WARNING: "
-		case certs.Error:
-			mark = "ERROR: "
-		}
-		fmt.Fprintf(w, "  %s%s %s (Secret %s, %s): %s\n", mark, kind, c.Subject, c.Secret, c.Key, when)
+		fmt.Fprintf(w, "  %s\n", certificateLine(c.Certificate, c.Level, c.DaysLeft))
 	}
+}
+
+// certificateLine is one certificate with its expiry, marked when it is
+// near (installer/certs judges it).
+func certificateLine(c certs.Certificate, level certs.Level, daysLeft int) string {
+	kind := "certificate"
+	if c.IsCA {
+		kind = "CA"
+	}
+	when := fmt.Sprintf("expires %s, in %d days", c.NotAfter.Format(time.DateOnly), daysLeft)
+	if daysLeft < 0 || !c.NotAfter.After(time.Now()) {
+		when = fmt.Sprintf("EXPIRED on %s", c.NotAfter.Format(time.DateOnly))
+	}
+	mark := ""
+	switch level {
+	case certs.Warning:
+		mark = "WARNING: "
+	case certs.Error:
+		mark = "ERROR: "
+	}
+	return fmt.Sprintf("%s%s %s (Secret %s, %s): %s", mark, kind, c.Subject, c.Secret, c.Key, when)
 }
 
 func newStatusCmd() *cobra.Command {

@@ -67,6 +67,18 @@ type Certificate struct {
 // skipping what is not a readable certificate. No other value is kept.
 func Parse(ns, secret, key string, data []byte) []Certificate {
 	var out []Certificate
+	for _, cert := range X509(data) {
+		out = append(out, Certificate{Namespace: ns, Secret: secret, Key: key, Subject: cert.Subject.String(), Issuer: cert.Issuer.String(),
+			DNSNames: cert.DNSNames, IsCA: cert.IsCA, NotBefore: cert.NotBefore.UTC(), NotAfter: cert.NotAfter.UTC()})
+	}
+	return out
+}
+
+// X509 reads every certificate of a PEM value, in order, skipping blocks
+// that are not readable certificates (a private key among them is never
+// returned).
+func X509(data []byte) []*x509.Certificate {
+	var out []*x509.Certificate
 	for {
 		var b *pem.Block
 		b, data = pem.Decode(data)
@@ -76,12 +88,9 @@ func Parse(ns, secret, key string, data []byte) []Certificate {
 		if b.Type != "CERTIFICATE" {
 			continue
 		}
-		cert, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			continue
+		if cert, err := x509.ParseCertificate(b.Bytes); err == nil {
+			out = append(out, cert)
 		}
-		out = append(out, Certificate{Namespace: ns, Secret: secret, Key: key, Subject: cert.Subject.String(), Issuer: cert.Issuer.String(),
-			DNSNames: cert.DNSNames, IsCA: cert.IsCA, NotBefore: cert.NotBefore.UTC(), NotAfter: cert.NotAfter.UTC()})
 	}
 }
 

@@ -287,6 +287,8 @@ func resumeCommand(op *state.Operation) string {
 		return "onprem restore with the same backup (it finds the unfinished restore and goes on)"
 	case state.KindBackup:
 		return "onprem backup create"
+	case state.KindRotate:
+		return "the same 'onprem rotate' command (each Secret is changed in one write, so a re-run starts from what the cluster holds)"
 	}
 	return "the same onprem command again"
 }

@@ -90,6 +90,10 @@ const (
 	// (onto an empty cluster) or restores its data into the installed
 	// platform.
 	KindRestore = "restore"
+	// KindRotate changes generated Secrets' values on the operator's
+	// demand (installer/rotate); its message names what changed, never a
+	// value.
+	KindRotate = "rotate"
 )
 
 // MaxBackupHistory is how many backup operations the history keeps (the
@@ -501,9 +505,9 @@ func trimHistory(st *State, keep int) {
 // message saying it was interrupted. If the save fails st is left as it was.
 func (s *Store) Begin(ctx context.Context, st *State, op Operation) error {
 	switch op.Kind {
-	case KindInstall, KindUpgrade, KindRollback, KindUninstall, KindAdopt, KindBackup, KindRestore:
+	case KindInstall, KindUpgrade, KindRollback, KindUninstall, KindAdopt, KindBackup, KindRestore, KindRotate:
 	default:
-		return fmt.Errorf("state: unknown operation kind %q (want install, upgrade, rollback, uninstall, adopt, backup or restore)", op.Kind)
+		return fmt.Errorf("state: unknown operation kind %q (want install, upgrade, rollback, uninstall, adopt, backup, restore or rotate)", op.Kind)
 	}
 	now := s.now()
 	if op.ID == "" {

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/installer/rotate"
+)
+
+func newRotateCmd() *cobra.Command {
+	a := &action.RotateList{}
+	var format string
+	var list bool
+	cmd := &cobra.Command{
+		Use:   "rotate",
+		Short: "List the secrets onprem manages with their age, and rotate them",
+		Long: `Secrets that onprem generates (database passwords, keys, the self-signed CA
+and certificate) are made once and never changed behind your back. 'rotate'
+changes them when you decide to: a leak, an auditor's policy, an expiry.
+
+  onprem rotate --list          every Secret onprem manages in the platform's
+                                namespace: kind, owner, keys (never values),
+                                age, and each certificate's expiry (a warning
+                                within 30 days, an error within 7)
+  onprem rotate certificates    a new serving certificate; --ca a new CA
+                                trusted beside the old one; --retire-ca the
+                                old CA retired
+
+Database credentials and the signing and encryption keys are listed but not
+yet rotated by onprem.`,
+		Example: `  onprem rotate --list
+  onprem rotate --list -o json
+  onprem rotate certificates --dry-run`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !list {
+				return inputError{fmt.Errorf("say what to do: 'onprem rotate --list', or a kind to rotate: 'onprem rotate certificates' (see --help)")}
+			}
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			res, err := a.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRotateList(w, res) })
+		},
+	}
+	addClusterFlags(cmd, &a.Cluster)
+	addTargetFlags(cmd, &a.Target)
+	cmd.Flags().BoolVar(&list, "list", false, "list the Secrets onprem manages, their age and their certificates' expiry")
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
+	cmd.AddCommand(newRotateCertificatesCmd())
+	return cmd
+}
+
+func printRotateList(w io.Writer, res *action.RotateListResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SECRET\tKIND\tOWNER\tAGE\tSINCE\tROTATE WITH")
+	for _, it := range res.Secrets {
+		with := it.Rotate
+		switch {
+		case it.Owner == rotate.OwnerOperator:
+			with = "(yours: renew it where it comes from)"
+		case with == "":
+			with = "(not yet)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%dd\t%s\t%s\n", it.Secret, it.Kind, it.Owner, it.AgeDays, it.Since.Format(time.DateOnly), with)
+	}
+	tw.Flush()
+	for _, it := range res.Secrets {
+		for _, c := range it.Certificates {
+			fmt.Fprintln(w, certificateLine(c.Certificate, c.Level, c.DaysLeft))
+		}
+	}
+}
+
+func newRotateCertificatesCmd() *cobra.Command {
+	a := &action.RotateCertificates{}
+	var format string
+	var newCA, retire bool
+	cmd := &cobra.Command{
+		Use:   "certificates [--ca | --retire-ca] [--dry-run]",
+		Short: "Renew the platform's self-signed certificate, or rotate its CA with an overlap",
+		Long: `Rotate the certificate onprem made for the platform's domain (tls.mode
+selfSigned, Secret onprem-tls). Three steps, each one write of that Secret:
+
+  (no flag)     a new serving certificate and key for DOMAIN and *.DOMAIN,
+                signed by the same CA and valid 825 days: clients change
+                nothing. The ingress controller serves it within seconds,
+                without a restart.
+  --ca          a new CA, added to ca.crt beside the old one (the overlap).
+                The serving certificate stays as it is, so nothing fails
+                while you hand the new ca.crt to clients: trust stores, and
+                the runners' and runtimes' copies with
+                'onprem runner upgrade --all' / 'onprem runtime upgrade --all'.
+  --retire-ca   a new serving certificate signed by the new CA, and ca.crt
+                keeps only that CA: the old CA validates nothing that reads
+                ca.crt any more. Run it once every client has the new ca.crt.
+
+A renewal during the overlap signs with the new CA. Installations made
+before onprem kept the CA's key cannot renew under the same CA: start with
+--ca. The operator's own certificate (tls.secretName) is never changed:
+renew it where it comes from.
+
+Every rotation takes the installation's lock and is recorded in the history
+(onprem status); --dry-run says what would change and writes nothing. A run
+that is killed has written all of its one Secret or none of it: run it again.
+
+Exit code 0 when rotated (or nothing to do), 2 when refused (nothing
+changed), 3 when the cluster cannot be reached.`,
+		Example: `  onprem rotate certificates --dry-run
+  onprem rotate certificates
+  onprem rotate certificates --ca
+  onprem rotate certificates --retire-ca`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			switch {
+			case newCA && retire:
+				return inputError{fmt.Errorf("--ca and --retire-ca are two steps: run --ca, give clients the new ca.crt, then run --retire-ca")}
+			case newCA:
+				a.Mode = rotate.NewCA
+			case retire:
+				a.Mode = rotate.RetireCA
+			default:
+				a.Mode = rotate.Renew
+			}
+			res, err := a.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRotateCertificates(w, res) })
+		},
+	}
+	addClusterFlags(cmd, &a.Cluster)
+	addTargetFlags(cmd, &a.Target)
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().BoolVar(&newCA, "ca", false, "make a new CA, trusted beside the old one until --retire-ca (the serving certificate stays)")
+	cmd.Flags().BoolVar(&retire, "retire-ca", false, "serve a certificate of the new CA and stop trusting the old one")
+	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
+	return cmd
+}
+
+func printRotateCertificates(w io.Writer, res *action.RotateCertificatesResult) {
+	verb := "rotated"
+	switch {
+	case res.DryRun:
+		verb = "would rotate (dry run, nothing written)"
+	case !res.Changed:
+		verb = "unchanged"
+	}
+	fmt.Fprintf(w, "%s %s: %s\n", res.Secret, verb, res.Summary)
+	if res.Changed {
+		for _, c := range res.After {
+			what := "certificate"
+			if c.IsCA {
+				what = "CA"
+			}
+			fmt.Fprintf(w, "  %s %s (%s): valid until %s\n", what, c.Subject, c.Key, c.NotAfter.Format(time.DateOnly))
+		}
+	}
+	if len(res.Next) > 0 {
+		fmt.Fprintln(w, "next:")
+		for _, n := range res.Next {
+			fmt.Fprintln(w, "  "+strings.TrimSpace(n))
+		}
+	}
+}
