@@ -30,7 +30,12 @@
 //     becomes ready: each rolls back by itself, the command fails saying
 //     why, and the records are still there; while the second waits for its
 //     image, `onprem doctor` names the image and the component;
-//  8. `onprem runner install` (the runner stand-in image as agent and
+//  8. `onprem rotate certificates` (a renewal under the same CA), `--ca`
+//     and `--retire-ca`, each while records are read through the ingress
+//     controller: no request fails, the controller serves each new
+//     certificate (the time it took is logged), and afterwards a client
+//     holding only the old CA is refused (rotate_test.go);
+//     `onprem runner install` (the runner stand-in image as agent and
 //     engine) and the runner `runner list` shows ready;
 //     `onprem runtime install` of the fixture GitOps runtime chart against
 //     a real Git server, and `runtime list`; the upstream chart's contract

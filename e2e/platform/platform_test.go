@@ -250,6 +250,10 @@ func TestPlatform(t *testing.T) {
 		e.checkRecords(ctx, records)
 	})
 
+	// Certificates: renewed, a new CA, the old one retired, while records
+	// are read through the ingress controller.
+	e.rotateCertificates(ctx, readPaths)
+
 	e.step("a build runner installed and listed", func() {
 		c := e.writeConfig("onprem-runner.yaml", mid)
 		e.onprem("runner", "install", "default", "-c", c, "--bundle", bundles[mid], "--kubeconfig", e.kubeconfig, "--timeout", "4m")
