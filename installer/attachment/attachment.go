@@ -83,6 +83,49 @@ func ReadinessOf(d *appsv1.Deployment) Readiness {
 	return Readiness{Ready: d.Status.ReadyReplicas, Desired: desired}
 }
 
+// Outcome is what applying an attachment's release did.
+type Outcome struct {
+	Action   apply.Action
+	Revision int
+	Error    string
+	NotReady []string
+	// Status is the record's status after it: "deployed", or "failed:
+	// WHY".
+	Status string
+}
+
+// ApplyRelease applies the attachment's release (component c of
+// version, in Namespaces[0]) and waits until every Deployment of it is
+// ready (WaitReady), within what is left of timeout since start.
+func (a Attachment) ApplyRelease(ctx context.Context, cl *kube.Cluster, version string, c *render.Component, timeout time.Duration, start time.Time, rep apply.Reporter) (Outcome, error) {
+	cr, err := apply.ApplyOne(ctx, cl, version, a.Namespaces[0], c, timeout, rep)
+	o := Outcome{Action: cr.Action, Revision: cr.Revision, Error: cr.Error, NotReady: cr.NotReady}
+	if err == nil {
+		if err = a.WaitReady(ctx, cl, Remaining(timeout, start)); err != nil {
+			o.Action, o.Error = apply.Failed, err.Error()
+		}
+	}
+	if err != nil {
+		o.Status = "failed: " + o.Error
+		return o, err
+	}
+	o.Status = "deployed"
+	return o, nil
+}
+
+// SaveRecord stores rec as records[name] and saves the state when it
+// differs from what records holds, stamping it with touch first (its
+// UpdatedAt). The save outlives ctx: the outcome of an apply that was
+// cancelled is recorded too.
+func SaveRecord[R comparable](ctx context.Context, store *state.Store, st *state.State, records map[string]R, name string, rec R, touch func(*R)) error {
+	if cur, ok := records[name]; ok && cur == rec {
+		return nil
+	}
+	touch(&rec)
+	records[name] = rec
+	return store.Save(context.WithoutCancel(ctx), st)
+}
+
 // WaitReady waits until every Deployment of the attachment's release (the
 // objects labelled render.ComponentLabel=Release in its namespaces) has
 // all the replicas it wants ready, or until timeout. It is the same test
@@ -134,6 +177,17 @@ func Remaining(timeout time.Duration, start time.Time) time.Duration {
 		timeout = apply.DefaultTimeout
 	}
 	return max(timeout-time.Since(start), 30*time.Second)
+}
+
+// Removal is what an uninstall of an attachment removed, on its cluster
+// and the platform's.
+type Removal struct {
+	Name string `json:"name"`
+	// Removed lists what went.
+	Removed []string `json:"removed"`
+	// Kept lists what stayed (namespaces onprem did not create; with a
+	// forget, everything on the attachment's cluster).
+	Kept []string `json:"kept,omitempty"`
 }
 
 // Remove removes the attachment from its cluster: the Helm release, the

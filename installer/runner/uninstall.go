@@ -5,19 +5,13 @@ import (
 	"fmt"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/state"
 )
 
 // UninstallResult is what an uninstall removed.
-type UninstallResult struct {
-	Name string `json:"name"`
-	// Removed lists what went, on both clusters.
-	Removed []string `json:"removed"`
-	// Kept lists what stayed (namespaces onprem did not create; with
-	// Forget, everything on the runner's cluster).
-	Kept []string `json:"kept,omitempty"`
-}
+type UninstallResult = attachment.Removal
 
 // Uninstall removes a runner: on its cluster (cl) the Helm release, the
 // token Secret, the copies of the platform's CA and pull Secret, and the

@@ -339,25 +339,14 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		return nil, fmt.Errorf("runtime %s: recording it: %w", rt.Name, err)
 	}
 
-	cr, aerr := apply.ApplyOne(ctx, cl, pr.Release.Version, rt.Namespace, pr.Component, o.Timeout, o.Reporter)
-	res.Action, res.Revision, res.Error, res.NotReady = cr.Action, cr.Revision, cr.Error, cr.NotReady
+	out, aerr := attachmentOf(rt.Name, rec).ApplyRelease(ctx, cl, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter)
+	res.Action, res.Revision, res.Error, res.NotReady, res.Elapsed = out.Action, out.Revision, out.Error, out.NotReady, time.Since(start)
+	rec.Status = out.Status
 	if aerr == nil {
-		if aerr = attachmentOf(rt.Name, rec).WaitReady(ctx, cl, attachment.Remaining(o.Timeout, start)); aerr != nil {
-			res.Action, res.Error = apply.Failed, aerr.Error()
-		}
+		rec.Revision = out.Revision
 	}
-	res.Elapsed = time.Since(start)
-	if aerr != nil {
-		rec.Status = "failed: " + res.Error
-	} else {
-		rec.Status, rec.Revision = "deployed", res.Revision
-	}
-	if rec != p.State.Runtimes[rt.Name] {
-		rec.UpdatedAt = time.Now().UTC()
-		p.State.Runtimes[rt.Name] = rec
-		if err := p.Store.Save(context.WithoutCancel(ctx), p.State); err != nil {
-			return res, errors.Join(aerr, fmt.Errorf("runtime %s: recording it: %w", rt.Name, err))
-		}
+	if err := attachment.SaveRecord(ctx, p.Store, p.State, p.State.Runtimes, rt.Name, rec, func(r *state.Runtime) { r.UpdatedAt = time.Now().UTC() }); err != nil {
+		return res, errors.Join(aerr, fmt.Errorf("runtime %s: recording it: %w", rt.Name, err))
 	}
 	if aerr != nil {
 		return res, fmt.Errorf("runtime %s: %w", rt.Name, aerr)

@@ -5,16 +5,13 @@ import (
 	"fmt"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/state"
 )
 
 // UninstallResult is what an uninstall removed.
-type UninstallResult struct {
-	Name    string   `json:"name"`
-	Removed []string `json:"removed"`
-	Kept    []string `json:"kept,omitempty"`
-}
+type UninstallResult = attachment.Removal
 
 // CheckUninstall refuses to remove the configuration runtime while other
 // runtimes exist, naming the command that moves the designation first.
