@@ -43,17 +43,6 @@ install pulls it.`,
 	return cmd
 }
 
-// inputArgs wraps a cobra positional-argument check so that a wrong count is an
-// input error (exit code 2).
-func inputArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, a []string) error {
-		if err := check(cmd, a); err != nil {
-			return inputError{err}
-		}
-		return nil
-	}
-}
-
 func newBundleCreateCmd() *cobra.Command {
 	a := &action.BundleCreate{}
 	cmd := &cobra.Command{
@@ -90,7 +79,7 @@ partial bundle is left behind. Progress goes to stderr.`,
   onprem bundle create -c onprem.yaml -o platform.bundle --key keys/bundle.key
   onprem bundle create --version 2.8.0 -o p.bundle --oci-layout ./mirror \
       --image-source pipelines-api=./pipelines-api.tar`,
-		Args: inputArgs(cobra.NoArgs),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.Progress = progressTo(cmd)
 			res, err := a.Run(cmd.Context())
@@ -142,7 +131,7 @@ is fast on any size); it does not check the content: use 'onprem bundle
 verify' for that.`,
 		Example: `  onprem bundle inspect platform-2.8.0.bundle
   onprem bundle inspect platform-2.8.0.bundle -o json | jq -r '.images[].reference'`,
-		Args: inputArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}
@@ -179,7 +168,7 @@ On a mismatch the file at fault is named and the exit code is 1. Without
 --public-key only accidental damage is detected: anyone can rewrite the
 checksums of a modified bundle.`,
 		Example: `  onprem bundle verify platform-2.8.0.bundle --public-key bundle.pub`,
-		Args:    inputArgs(cobra.ExactArgs(1)),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}
@@ -235,7 +224,7 @@ config. Progress goes to stderr; the summary to stdout.`,
   onprem bundle push platform.bundle --registry 10.0.0.5:5000 --insecure --public-key bundle.pub
   kubectl -n onprem get secret regcred -o yaml > regcred.yaml
   onprem bundle push platform.bundle --registry registry.internal/onprem --docker-config regcred.yaml -o json`,
-		Args: inputArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}
@@ -282,7 +271,7 @@ file, so it can also be checked without onprem:
   tar -xf platform.bundle checksums checksums.sig
   openssl pkeyutl -verify -pubin -inkey bundle.pub -rawin -in checksums -sigfile checksums.sig`,
 		Example: `  onprem bundle keygen --out keys/`,
-		Args:    inputArgs(cobra.NoArgs),
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res, err := a.Run(cmd.Context())
 			if err != nil {

@@ -82,7 +82,7 @@ made), 3 the new cluster did not answer.`,
 
   # the result for scripts
   onprem local up -o json | jq -r .url`,
-		Args: inputArgs(cobra.NoArgs),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}
@@ -169,7 +169,7 @@ NAME.yaml when up wrote it; a configuration file of your own is left).
 Running it again is harmless: it reports the cluster "(already gone)".`,
 		Example: `  onprem local down
   onprem local down --name try-upgrade`,
-		Args: inputArgs(cobra.NoArgs),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
 				return inputError{err}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -143,20 +144,9 @@ is refused (exit 2), naming where it runs.`,
   onprem runner install gpu -c onprem.yaml --context platform --runner-kubeconfig gpu.kubeconfig --runner-namespace ci-gpu`,
 		Args: exactlyOneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
 			a.Name = args[0]
-			rep, stop := progress(cmd.ErrOrStderr())
-			a.Reporter = rep
-			res, err := a.Run(cmd.Context())
-			stop()
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRunnerResults(w, []runner.Result{*res}) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run,
+				func(w io.Writer, res *runner.Result) { printRunnerResults(w, []runner.Result{*res}) }, notNil)
 		},
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
@@ -164,10 +154,7 @@ is refused (exit 2), naming where it runs.`,
 	addRunnerClusterFlags(cmd, &a.RunnerCluster, "spec.runners[]'s, else the platform's")
 	cmd.Flags().StringVar(&a.Namespace, "runner-namespace", "", "the runner's namespace; its build engine's is NAMESPACE-engine (default: spec.runners[]'s, else onprem-runner-NAME)")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", 0, "builds the runner runs at once, 1 to 256 (default: spec.runners[]'s, else 4)")
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the runner may take to become ready")
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
+	addChangeFlags(cmd, &a.Timeout, "how long the runner may take to become ready", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 
@@ -189,30 +176,16 @@ fails does not stop the others.`,
 		Example: `  onprem runner upgrade --all -c onprem.yaml
   onprem runner upgrade gpu -c onprem.yaml --runner-kubeconfig ~/.kube/gpu`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
 			a.Names = args
-			rep, stop := progress(cmd.ErrOrStderr())
-			a.Reporter = rep
-			res, err := a.Run(cmd.Context())
-			stop()
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRunnerResults(w, res) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRunnerResults,
+				func(r []runner.Result) bool { return r != nil })
 		},
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
 	addPlatformClusterFlags(cmd, &a.Cluster)
 	addRunnerClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runner of the installation")
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each runner may take to become ready")
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
+	addChangeFlags(cmd, &a.Timeout, "how long each runner may take to become ready", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 
@@ -235,37 +208,15 @@ place: run it again.`,
   onprem runner uninstall old --forget`,
 		Args: exactlyOneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
 			a.Name = args[0]
-			rep, stop := progress(cmd.ErrOrStderr())
-			a.Reporter = rep
-			res, err := a.Run(cmd.Context())
-			stop()
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
-					for _, r := range res.Removed {
-						fmt.Fprintf(w, "removed: %s\n", r)
-					}
-					for _, k := range res.Kept {
-						fmt.Fprintf(w, "kept: %s\n", k)
-					}
-				}); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRemoval, notNil)
 		},
 	}
 	addRunnerTargetFlags(cmd, &a.Target)
 	addPlatformClusterFlags(cmd, &a.Cluster)
 	addRunnerClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the platform's side (the runner's cluster is gone for good)")
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the runner's removal may take")
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
+	addChangeFlags(cmd, &a.Timeout, "how long the runner's removal may take", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 
@@ -283,14 +234,7 @@ reached is shown as unreachable, with the reason; that is not an error.`,
   onprem runner list --context platform -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRunnerList(w, res) })
+			return runThenPrint(cmd, format, nil, a.Run, printRunnerList, notNil)
 		},
 	}
 	addRunnerTargetFlags(cmd, &a.Target)
@@ -299,6 +243,17 @@ reached is shown as unreachable, with the reason; that is not an error.`,
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	refuseNamespaceFlag(cmd)
 	return cmd
+}
+
+// addChangeFlags adds the flags that every runner and runtime command
+// which changes a cluster ends with: --timeout (timeoutHelp says what it
+// bounds), the lock's, -o, and the refusal of --namespace (ambiguous with
+// two clusters).
+func addChangeFlags(cmd *cobra.Command, timeout *time.Duration, timeoutHelp string, wait, lease *time.Duration, format *string) {
+	cmd.Flags().DurationVar(timeout, "timeout", apply.DefaultTimeout, timeoutHelp)
+	addLockFlags(cmd, wait, lease)
+	cmd.Flags().StringVarP(format, "output", "o", output.Table, "result on stdout: table, json or yaml")
+	refuseNamespaceFlag(cmd)
 }
 
 // exactlyOneName accepts one argument: the runner's name.

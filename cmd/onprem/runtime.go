@@ -12,6 +12,7 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
 	"onprem.dev/onprem/installer/managedcluster"
@@ -111,6 +112,17 @@ func runThenPrint[T any](cmd *cobra.Command, format string, setReporter func(app
 
 func notNil[T any](p *T) bool { return p != nil }
 
+// printRemoval prints what an uninstall of a runner or runtime removed
+// and what it kept.
+func printRemoval(w io.Writer, res *attachment.Removal) {
+	for _, r := range res.Removed {
+		fmt.Fprintf(w, "removed: %s\n", r)
+	}
+	for _, k := range res.Kept {
+		fmt.Fprintf(w, "kept: %s\n", k)
+	}
+}
+
 func newRuntimeInstallCmd() *cobra.Command {
 	a := &action.RuntimeInstall{}
 	var format string
@@ -167,7 +179,7 @@ state, a backup, a log or an output).`,
   onprem runtime install edge -c onprem.yaml --runtime-context edge --git-token-file /run/secrets/git-token
   onprem runtime install -c onprem.yaml --config-repo https://git.example.com/platform/gitops.git --config-repo-path runtimes --git-token-file token.txt
   onprem runtime install -c onprem.yaml --chart-repository oci://registry.example.com/charts --git-token-file token.txt`,
-		Args: inputArgs(cobra.MaximumNArgs(1)),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				a.Name = args[0]
@@ -188,10 +200,7 @@ state, a backup, a log or an output).`,
 	cmd.Flags().StringVar(&a.Repository.Branch, "config-repo-branch", "", "its branch (default: the repository's default branch)")
 	cmd.Flags().StringVar(&a.Repository.Path, "config-repo-path", "", "the folder inside it (default: its root)")
 	addFetchFlags(cmd, &a.Fetch)
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the runtime may take to become ready")
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
+	addChangeFlags(cmd, &a.Timeout, "how long the runtime may take to become ready", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 
@@ -223,10 +232,7 @@ others.`,
 	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding a new platform token (default: keep the one on the runtime's cluster)")
 	refuseTokenValueFlags(cmd)
 	addFetchFlags(cmd, &a.Fetch)
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each runtime may take to become ready")
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
+	addChangeFlags(cmd, &a.Timeout, "how long each runtime may take to become ready", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 
@@ -245,27 +251,17 @@ designate another first ('onprem runtime designate-config OTHER'). If the
 runtime's cluster is gone for good, --forget removes the record only.`,
 		Example: `  onprem runtime uninstall edge
   onprem runtime uninstall old --forget`,
-		Args: inputArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a.Name = args[0]
-			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, func(w io.Writer, res *runtime.UninstallResult) {
-				for _, r := range res.Removed {
-					fmt.Fprintf(w, "removed: %s\n", r)
-				}
-				for _, k := range res.Kept {
-					fmt.Fprintf(w, "kept: %s\n", k)
-				}
-			}, notNil)
+			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRemoval, notNil)
 		},
 	}
 	addRunnerTargetFlags(cmd, &a.Target)
 	addPlatformClusterFlags(cmd, &a.Cluster)
 	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the record (the runtime's cluster is gone for good)")
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long the removal may take")
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
+	addChangeFlags(cmd, &a.Timeout, "how long the removal may take", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 
@@ -281,7 +277,7 @@ and the readiness of their workloads. A runtime whose cluster cannot be
 reached is shown as unreachable, with the reason; that is not an error.`,
 		Example: `  onprem runtime list
   onprem runtime list -o json`,
-		Args: inputArgs(cobra.NoArgs),
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runThenPrint(cmd, format, nil, a.Run, printRuntimeList, notNil)
 		},
@@ -308,7 +304,7 @@ runtime while others exist. Then tell the runtimes' charts which one holds
 the configuration (their configuration-runtime value) with
 'onprem runtime upgrade PREVIOUS NAME', as the output says.`,
 		Example: `  onprem runtime designate-config edge`,
-		Args:    inputArgs(cobra.ExactArgs(1)),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a.Name = args[0]
 			return runThenPrint(cmd, format, nil, a.Run, func(w io.Writer, r *runtime.DesignateResult) {
@@ -353,7 +349,7 @@ source is created.`,
 		Short: "Add a Git source to a runtime",
 		Example: `  onprem runtime git-source add apps --runtime codefresh --repo https://git.example.com/team/apps.git --path prod
   onprem runtime git-source add infra --runtime edge --repo https://git.example.com/infra.git --branch release --destination infra`,
-		Args: inputArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			add.Source.Name = args[0]
 			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, gs *runtime.GitSource) {
@@ -380,7 +376,7 @@ source is created.`,
 		Use:     "list --runtime RUNTIME",
 		Short:   "List a runtime's Git sources with their sync and health",
 		Example: `  onprem runtime git-source list --runtime codefresh -o json`,
-		Args:    inputArgs(cobra.NoArgs),
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runThenPrint(cmd, listFormat, nil, list.Run, printGitSources, func(r []runtime.GitSource) bool { return r != nil })
 		},
@@ -398,7 +394,7 @@ source is created.`,
 		Short:   "Remove a Git source from a runtime",
 		Long:    `Remove the Git source NAME (its Argo CD Application; Argo CD prunes what it deployed). The repository is not touched.`,
 		Example: `  onprem runtime git-source remove apps --runtime codefresh`,
-		Args:    inputArgs(cobra.ExactArgs(1)),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rm.Name = args[0]
 			if err := rm.Run(cmd.Context()); err != nil {
@@ -543,7 +539,7 @@ already registered for another server is refused. An unreachable cluster is
 named, with exit code 3, before anything is created.`,
 		Example: `  onprem runtime cluster add prod-eu --runtime codefresh --context prod-eu
   onprem runtime cluster add edge --runtime codefresh --kubeconfig edge.kubeconfig`,
-		Args: inputArgs(cobra.ExactArgs(1)),
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			add.Name = args[0]
 			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, r *managedcluster.Result) {
@@ -575,7 +571,7 @@ named, with exit code 3, before anything is created.`,
 credentials: Healthy, Unreachable, Unauthorized (the token was revoked) or
 Forbidden (its permissions were changed).`,
 		Example: `  onprem runtime cluster list --runtime codefresh -o json`,
-		Args:    inputArgs(cobra.NoArgs),
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runThenPrint(cmd, listFormat, nil, list.Run, printManagedClusters, func(r []managedcluster.Status) bool { return r != nil })
 		},
@@ -598,7 +594,7 @@ Forbidden (its permissions were changed).`,
 Without them only the runtime's side is removed, and the output says what
 stayed on the external cluster.`,
 		Example: `  onprem runtime cluster remove prod-eu --runtime codefresh --context prod-eu`,
-		Args:    inputArgs(cobra.ExactArgs(1)),
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rm.Name = args[0]
 			return runThenPrint(cmd, rmFormat, nil, rm.Run, printManagedRemoval, notNil)
