@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -18,6 +19,10 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 )
+
+// afterRotation is how long traffic goes on after each rotation (about 50
+// requests at trafficRate).
+const afterRotation = 5 * time.Second
 
 // rotateCertificates renews the platform's certificate, makes a new CA
 // and retires the old one, each under traffic through the ingress
@@ -38,14 +43,26 @@ func (e *env) rotateCertificates(ctx context.Context, paths []string) {
 			t.Fatalf("%d of %d requests failed: %v", r.Failed, r.Sent, r.Examples)
 		}
 	}
+	// during runs op under traffic, then goes on reading for a while with
+	// fresh connections (a new TLS handshake each: the certificate served
+	// now), so that both sides of the change are exercised.
+	during := func(name string, op func()) trafficResult {
+		return e.underTraffic(name, func() {
+			op()
+			if tr, ok := e.client.Transport.(*http.Transport); ok {
+				tr.CloseIdleConnections()
+			}
+			time.Sleep(afterRotation)
+		}, paths...)
+	}
 	orig := e.tlsSecret(ctx)
 	oldCA := orig.Data["ca.crt"]
 
 	e.step("certificate renewed under the same CA, served without a failed request", func() {
-		r := e.underTraffic("certificate renewal", func() {
+		r := during("certificate renewal", func() {
 			rotate()
 			e.tookUp("the renewed certificate", e.tlsSecret(ctx))
-		}, paths...)
+		})
 		noFailure(r)
 		if s := e.tlsSecret(ctx); !bytes.Equal(s.Data["ca.crt"], oldCA) || bytes.Equal(s.Data["tls.crt"], orig.Data["tls.crt"]) {
 			t.Fatal("the renewal changed the CA, or not the certificate")
@@ -54,16 +71,16 @@ func (e *env) rotateCertificates(ctx context.Context, paths []string) {
 
 	e.step("a new CA trusted beside the old one, then the old one retired: no request fails, the old CA is refused", func() {
 		var res action.RotateCertificatesResult
-		noFailure(e.underTraffic("a new CA (overlap)", func() { res = rotate("--ca") }, paths...))
+		noFailure(during("a new CA (overlap)", func() { res = rotate("--ca") }))
 		if res.TrustedCAs != 2 {
 			t.Fatalf("after --ca ca.crt trusts %d CAs, want 2", res.TrustedCAs)
 		}
 		// The client takes the new ca.crt, as clients do during the overlap.
 		e.ingressClient(ctx)
-		noFailure(e.underTraffic("the old CA retired", func() {
+		noFailure(during("the old CA retired", func() {
 			rotate("--retire-ca")
 			e.tookUp("the new CA's certificate", e.tlsSecret(ctx))
-		}, paths...))
+		}))
 		retired := e.tlsSecret(ctx)
 		if err := e.handshake(oldCA); err == nil {
 			t.Fatal("after the retirement a client holding only the old CA still accepts the platform's certificate")
