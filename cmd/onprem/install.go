@@ -98,4 +98,7 @@ func printInstall(w io.Writer, res *action.InstallResult) {
 	if s := res.Secrets; s != nil && len(s.Created) > 0 {
 		fmt.Fprintf(w, "generated %d secrets (kept in the cluster, never shown)\n", len(s.Created))
 	}
+	if res.CertificateRenewal != "" {
+		fmt.Fprintf(w, "certificate: %s\n", res.CertificateRenewal)
+	}
 }

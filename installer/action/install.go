@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/backup"
+	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/rotate"
 	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/secrets"
@@ -66,6 +71,10 @@ type InstallResult struct {
 	Preflight    *preflight.Report       `json:"preflight,omitempty"`
 	Secrets      *secrets.Report         `json:"generatedSecrets,omitempty"`
 	Components   []apply.ComponentResult `json:"components"`
+	// CertificateRenewal says what spec.rotation.certificateMaxAgeDays
+	// did to the serving certificate: renewed, or due and why not ("" when
+	// not due or not asked for).
+	CertificateRenewal string `json:"certificateRenewal,omitempty"`
 	// Runners are the runners of spec.runners[], installed or converged
 	// after the components; UndeclaredRunners are the other runners
 	// registered with the installation, left alone.
@@ -176,6 +185,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return nil, fmt.Errorf("generating secrets: %w", err)
 	}
 	out.Secrets = &rep
+	out.CertificateRenewal = renewIfDue(ctx, cl.Client, res.Namespace, in)
 
 	arep, aerr := apply.Apply(ctx, applyOpts)
 	if arep != nil {
@@ -249,4 +259,26 @@ func (e *VersionChangeError) Error() string {
 	return fmt.Sprintf("platform %s is installed in namespace %s but the configuration asks for %s: install does not change versions; "+
 		"run `onprem upgrade plan --to %s` then `onprem upgrade apply --to %s` (or set spec.version back to %s)",
 		e.Installed, e.Namespace, e.Configured, e.Configured, e.Configured, e.Installed)
+}
+
+// renewIfDue renews the self-signed serving certificate when
+// spec.rotation.certificateMaxAgeDays says it is old (installer/rotate).
+// A certificate that cannot be renewed does not fail the install: what
+// happened is said in the result and the log, with what to run.
+func renewIfDue(ctx context.Context, c kubernetes.Interface, ns string, in *config.Installation) string {
+	days := in.Spec.Rotation.CertificateMaxAgeDays
+	if days <= 0 || in.Spec.TLS.Mode != config.TLSModeSelfSigned {
+		return ""
+	}
+	res, err := rotate.RenewIfDue(ctx, c, ns, days, time.Now())
+	switch {
+	case err != nil:
+		msg := "the serving certificate is due for renewal (spec.rotation.certificateMaxAgeDays) but was not renewed: " + err.Error()
+		slog.Warn(msg)
+		return msg
+	case res == nil:
+		return ""
+	}
+	slog.Info("serving certificate renewed", "summary", res.Summary)
+	return "renewed (spec.rotation.certificateMaxAgeDays): " + res.Summary
 }

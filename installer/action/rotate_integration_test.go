@@ -171,6 +171,41 @@ func TestRotateCertificates(t *testing.T) {
 	if s := tlsSecret(); !bytes.Equal(s.Data[secrets.KeyTLSCert], retired.Data[secrets.KeyTLSCert]) {
 		t.Error("a refused rotation changed the Secret")
 	}
+
+	// spec.rotation.certificateMaxAgeDays: an install renews a generated
+	// certificate older than that, under the same CA; a young one stays.
+	var plan credentials.Secret
+	for _, p := range credentials.Plan(credentials.Needs{SelfSignedTLS: true}) {
+		if p.Name == credentials.TLS {
+			plan = p
+		}
+	}
+	data, err := secrets.Generate(plan, secrets.GenerateOptions{Domain: "ci.example.com", Now: func() time.Time { return time.Now().Add(-400 * 24 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.CoreV1().Secrets(ns).Delete(ctx, credentials.TLS, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	aged := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentials.TLS, Namespace: ns, Labels: map[string]string{secrets.LabelGenerated: "true"}},
+		Type: corev1.SecretTypeTLS, Data: data}
+	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, aged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src2, _ := clusterConfig(t, c, smallPlatform+"  rotation:\n    certificateMaxAgeDays: 365\n")
+	ires, err := (&Install{Source: src2, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := tlsSecret()
+	if !strings.HasPrefix(ires.CertificateRenewal, "renewed") || bytes.Equal(now.Data[secrets.KeyTLSCert], data[secrets.KeyTLSCert]) {
+		t.Fatalf("an install with a 400-day-old certificate and certificateMaxAgeDays 365: %q", ires.CertificateRenewal)
+	}
+	trusts(t, data[secrets.KeyCACert], now, true)
+	ires, err = (&Install{Source: src2, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx)
+	if err != nil || ires.CertificateRenewal != "" || !bytes.Equal(tlsSecret().Data[secrets.KeyTLSCert], now.Data[secrets.KeyTLSCert]) {
+		t.Fatalf("the next install renewed a young certificate again: %q, %v", ires.CertificateRenewal, err)
+	}
 }
 
 // trusts checks whether a client holding caPEM accepts the serving

@@ -52,6 +52,8 @@ type Spec struct {
 
 	Backup Backup `json:"backup,omitempty" doc:"Scheduled backups of the platform to an S3-compatible bucket, and the backups 'onprem upgrade apply' writes there before each step ('onprem backup --help')."`
 
+	Rotation Rotation `json:"rotation,omitempty" doc:"What 'onprem install' renews by itself when it is old; everything else changes only with 'onprem rotate'."`
+
 	Runners       []Runner      `json:"runners,omitempty" doc:"Build runners to install and register with the platform."`
 	Runtimes      []Runtime     `json:"runtimes,omitempty" doc:"Argo-based GitOps runtimes to install."`
 	RuntimeConfig RuntimeConfig `json:"runtimeConfig,omitempty" doc:"Configuration shared by all GitOps runtimes."`
@@ -61,6 +63,13 @@ type Spec struct {
 type TLS struct {
 	Mode       string `json:"mode,omitempty" env:"MODE, overwrite" enum:"selfSigned,secret" doc:"selfSigned: onprem generates a CA and a certificate once and keeps them in the cluster. secret: use an existing kubernetes.io/tls Secret. Default: selfSigned."`
 	SecretName string `json:"secretName,omitempty" env:"SECRET_NAME, overwrite" doc:"With mode secret: name of the kubernetes.io/tls Secret in the platform namespace."`
+}
+
+// Rotation lets 'onprem install' renew what it generated once it is old
+// (installer/rotate); without it nothing generated ever changes but by
+// 'onprem rotate'.
+type Rotation struct {
+	CertificateMaxAgeDays int `json:"certificateMaxAgeDays,omitempty" doc:"With spec.tls.mode selfSigned: 'onprem install' renews the serving certificate (under the same CA, so no client changes anything) once it is older than this many days or has fewer than 30 days left. 1 to 790; 0 or unset: never (renew with 'onprem rotate certificates')."`
 }
 
 // Ingress chooses between the controller that onprem installs and an

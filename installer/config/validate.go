@@ -35,6 +35,7 @@ func Validate(in *Installation, src *Source, opts ValidateOptions) error {
 	s := &in.Spec
 	v.core(s)
 	v.tls(s)
+	v.rotation(s)
 	v.ingress(s)
 	v.images(s)
 	v.registry(s)

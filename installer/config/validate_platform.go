@@ -20,6 +20,21 @@ func (v *validator) tls(s *Spec) {
 	}
 }
 
+// MaxCertificateAgeDays is the largest spec.rotation.certificateMaxAgeDays:
+// a serving certificate is valid 825 days, and is renewed 30 days before.
+const MaxCertificateAgeDays = 790
+
+func (v *validator) rotation(s *Spec) {
+	const path = "spec.rotation.certificateMaxAgeDays"
+	days := s.Rotation.CertificateMaxAgeDays
+	// With spec.tls.mode secret it does nothing: onprem never changes the
+	// operator's own certificate.
+	if days < 0 || days > MaxCertificateAgeDays {
+		v.c.add(path, "e.g. 365 renews the certificate once a year; 0 never renews it by itself",
+			"%d: give the age in days after which 'onprem install' renews the certificate, 1 to %d", days, MaxCertificateAgeDays)
+	}
+}
+
 func (v *validator) ingress(s *Spec) {
 	in := s.Ingress
 	switch in.Mode {

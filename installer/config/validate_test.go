@@ -132,6 +132,11 @@ func TestValidateRules(t *testing.T) {
 			`spec.domain: "*.example.com" must not be a wildcard (valid: a lowercase DNS name such as ci.example.com)`}},
 		{"tls selfSigned with secret", func(in *Installation) { in.Spec.TLS.SecretName = "x" }, []string{
 			`spec.tls.secretName: must be empty with spec.tls.mode selfSigned (onprem generates the certificate); set spec.tls.mode: secret to use your own certificate`}},
+		{"certificate max age too long", func(in *Installation) { in.Spec.Rotation.CertificateMaxAgeDays = 800 }, []string{
+			`spec.rotation.certificateMaxAgeDays: 800: give the age in days after which 'onprem install' renews the certificate, 1 to 790; e.g. 365 renews the certificate once a year; 0 never renews it by itself`}},
+		{"certificate max age negative", func(in *Installation) { in.Spec.Rotation.CertificateMaxAgeDays = -1 }, []string{
+			`spec.rotation.certificateMaxAgeDays: -1: give the age in days after which 'onprem install' renews the certificate, 1 to 790; e.g. 365 renews the certificate once a year; 0 never renews it by itself`}},
+		{"certificate max age", func(in *Installation) { in.Spec.Rotation.CertificateMaxAgeDays = 365 }, nil},
 		{"tls mode typo", func(in *Installation) { in.Spec.TLS.Mode = "selfsigned" }, []string{
 			`spec.tls.mode: "selfsigned" is not valid (valid: selfSigned, secret); did you mean "selfSigned"?`}},
 		{"serviceType with existing", func(in *Installation) {

@@ -228,3 +228,34 @@ func firstCert(data []byte) (*x509.Certificate, error) {
 	}
 	return all[0], nil
 }
+
+// RenewWithinDays: a serving certificate with fewer days left than this
+// is due for renewal whatever its age.
+const RenewWithinDays = 30
+
+// RenewIfDue renews the platform's self-signed serving certificate under
+// the same CA (Renew) when it is older than maxAgeDays days or has fewer
+// than RenewWithinDays days left. It returns nil when the certificate is
+// not due, or when there is no generated TLS Secret to renew.
+func RenewIfDue(ctx context.Context, c kubernetes.Interface, namespace string, maxAgeDays int, now time.Time) (*CertificatesResult, error) {
+	s, err := c.CoreV1().Secrets(namespace).Get(ctx, credentials.TLS, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading secret %s/%s: %w", namespace, credentials.TLS, err)
+	}
+	if s.Labels[secrets.LabelGenerated] != "true" {
+		return nil, nil
+	}
+	leaf, err := firstCert(s.Data[secrets.KeyTLSCert])
+	if err != nil {
+		return nil, refused("secret %s/%s: %s: %v", namespace, credentials.TLS, secrets.KeyTLSCert, err)
+	}
+	old := now.Sub(leaf.NotBefore) > time.Duration(maxAgeDays)*24*time.Hour
+	near := leaf.NotAfter.Sub(now) < RenewWithinDays*24*time.Hour
+	if !old && !near {
+		return nil, nil
+	}
+	return Certificates(ctx, CertificatesOptions{Client: c, Namespace: namespace, Mode: Renew, Now: now})
+}

@@ -277,3 +277,40 @@ func TestList(t *testing.T) {
 		t.Errorf("operator's TLS item: %+v", it)
 	}
 }
+
+// RenewIfDue renews by age or by nearness of expiry, and otherwise, or
+// without a generated Secret, does nothing.
+func TestRenewIfDue(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		maxAge  int
+		at      time.Time
+		renewed bool
+	}{
+		{"young", 365, t0.Add(100 * 24 * time.Hour), false},
+		{"older than the maximum age", 365, t0.Add(366 * 24 * time.Hour), true},
+		{"near its expiry", 790, t0.Add(800 * 24 * time.Hour), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientset(generated(t))
+			before := read(t, c)
+			res, err := RenewIfDue(ctx, c, ns, tc.maxAge, tc.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := !bytes.Equal(read(t, c).Data[secrets.KeyTLSCert], before.Data[secrets.KeyTLSCert])
+			if (res != nil) != tc.renewed || changed != tc.renewed {
+				t.Errorf("renewed: result %v, Secret changed %v; want %v", res != nil, changed, tc.renewed)
+			}
+		})
+	}
+	// No generated Secret: nothing to do.
+	own := generated(t)
+	own.Labels = nil
+	for _, c := range []*fake.Clientset{fake.NewClientset(), fake.NewClientset(own)} {
+		if res, err := RenewIfDue(ctx, c, ns, 1, t0.Add(800*24*time.Hour)); res != nil || err != nil {
+			t.Errorf("without a generated Secret: %+v, %v", res, err)
+		}
+	}
+}
