@@ -27,6 +27,7 @@ func clusterChecks() []Check {
 		clockSkewCheck(),
 		installationExistingCheck(),
 		runtimesCheck(),
+		networkPolicyCheck(),
 	}
 }
 

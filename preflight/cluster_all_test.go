@@ -17,7 +17,7 @@ func TestClusterChecksHaveStableIDsAndTitles(t *testing.T) {
 		}
 		seen[c.ID] = true
 	}
-	if len(seen) != 10 {
+	if len(seen) != 11 {
 		t.Errorf("%d cluster checks", len(seen))
 	}
 }
