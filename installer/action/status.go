@@ -61,6 +61,9 @@ type Status struct {
 	Target
 }
 
+// RecentOperations is how many operations StatusResult.Recent holds.
+const RecentOperations = 8
+
 // ComponentStatus is one component's state.
 type ComponentStatus struct {
 	Name     string `json:"name"`
@@ -83,6 +86,9 @@ type StatusResult struct {
 	ConfigDigest  string            `json:"configDigest,omitempty"`
 	Components    []ComponentStatus `json:"components"`
 	LastOperation *state.Operation  `json:"lastOperation,omitempty"`
+	// Recent are the last operations of the history, newest first (at
+	// most RecentOperations).
+	Recent []state.Operation `json:"recent,omitempty"`
 	// Backups are the scheduled backups and the newest backup.
 	Backups *BackupStatus `json:"backups,omitempty"`
 	// Certificates are the platform's: those of its namespace's TLS
@@ -134,6 +140,9 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 	if n := len(st.History); n > 0 {
 		op := st.History[n-1]
 		out.LastOperation = &op
+		for i := n - 1; i >= 0 && len(out.Recent) < RecentOperations; i-- {
+			out.Recent = append(out.Recent, st.History[i])
+		}
 	}
 	releases := apply.NewHelmReleases(cl.Getter, ns, nil)
 	for _, name := range orderedComponents(st) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sort"
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
@@ -33,6 +34,10 @@ type ReleaseInfo struct {
 	Digest  string
 	// Chart is the release's chart, name-version.
 	Chart string
+	// Updated and Description: when the revision was written, and Helm's
+	// one-line account of it (History fills them).
+	Updated     time.Time `json:",omitzero"`
+	Description string    `json:",omitempty"`
 }
 
 // Request asks a Releaser to install or upgrade one component.
@@ -140,6 +145,30 @@ func (h *HelmReleases) config() (*action.Configuration, error) {
 	return cfg, nil
 }
 
+// History returns the release's revisions, newest first (none when the
+// release does not exist).
+func (h *HelmReleases) History(_ context.Context, name string) ([]ReleaseInfo, error) {
+	cfg, err := h.config()
+	if err != nil {
+		return nil, err
+	}
+	all, err := cfg.Releases.History(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []ReleaseInfo
+	for _, ri := range all {
+		if info, err := releaseInfo(name, ri); err == nil {
+			out = append(out, *info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Revision > out[j].Revision })
+	return out, nil
+}
+
 func (h *HelmReleases) Last(_ context.Context, name string) (*ReleaseInfo, error) {
 	cfg, err := h.config()
 	if err != nil {
@@ -152,6 +181,11 @@ func (h *HelmReleases) Last(_ context.Context, name string) (*ReleaseInfo, error
 	if err != nil {
 		return nil, err
 	}
+	return releaseInfo(name, ri)
+}
+
+// releaseInfo is what onprem reads of one stored revision of release name.
+func releaseInfo(name string, ri any) (*ReleaseInfo, error) {
 	rel, ok := ri.(*releasev1.Release)
 	if !ok || rel.Info == nil {
 		return nil, fmt.Errorf("release %s: unexpected release type %T", name, ri)
@@ -161,12 +195,14 @@ func (h *HelmReleases) Last(_ context.Context, name string) (*ReleaseInfo, error
 		chart = rel.Chart.Metadata.Name + "-" + rel.Chart.Metadata.Version
 	}
 	return &ReleaseInfo{
-		Chart:    chart,
-		Revision: rel.Version,
-		Status:   rel.Info.Status.String(),
-		Deployed: rel.Info.Status == rcommon.StatusDeployed,
-		Pending:  rel.Info.Status.IsPending(),
-		Digest:   rel.Labels[DigestLabel],
+		Chart:       chart,
+		Revision:    rel.Version,
+		Status:      rel.Info.Status.String(),
+		Deployed:    rel.Info.Status == rcommon.StatusDeployed,
+		Pending:     rel.Info.Status.IsPending(),
+		Digest:      rel.Labels[DigestLabel],
+		Updated:     rel.Info.LastDeployed,
+		Description: rel.Info.Description,
 	}, nil
 }
 
