@@ -117,7 +117,7 @@ access.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
-	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newPreflightCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd(), newUpgradeCmd(), newRollbackCmd(), newAdoptCmd(), newBundleCmd(), newRunnerCmd(), newRuntimeCmd(), newLocalCmd(), newBackupCmd(), newRestoreCmd(), newSupportBundleCmd(), newDoctorCmd(), newRotateCmd())
+	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newPreflightCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd(), newUpgradeCmd(), newRollbackCmd(), newAdoptCmd(), newBundleCmd(), newRunnerCmd(), newRuntimeCmd(), newLocalCmd(), newBackupCmd(), newRestoreCmd(), newSupportBundleCmd(), newDoctorCmd(), newRotateCmd(), newConsoleCmd())
 	argsAreInput(root)
 	return root
 }

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/console"
+)
+
+func newConsoleCmd() *cobra.Command {
+	var target action.Target
+	o := console.ServeOptions{}
+	cmd := &cobra.Command{
+		Use:   "console [--listen 127.0.0.1:8800]",
+		Short: "Serve the admin console: the installation in a browser",
+		Long: `Serve the admin console on this machine: web pages that show the
+installation through the same library as the CLI, with your kubeconfig and
+context. It prints a URL with a token made for this run: open it in a
+browser (it sets a session cookie, HttpOnly and SameSite=Strict), or give
+the token on the login page. The pages refresh by themselves.
+
+  Overview    the installation's name, namespace and version; every
+              component with its chart, Helm release, revision, ready and
+              desired replicas and last error; the recent operations of the
+              history; the certificates and their expiry
+  Component   its pods and containers with their state and restarts, the
+              last lines of each container's log (secret values redacted),
+              recent events, and its Helm history
+
+The console listens on loopback (127.0.0.1:8800) unless --listen says
+otherwise; another address needs --tls-cert and --tls-key, or --insecure
+(the token and the session would cross the network in the clear). To reach
+a loopback console on a jump host, tunnel it: ssh -L 8800:127.0.0.1:8800
+HOST. Stop it with Ctrl-C; nothing is lost (the pages only read; every
+change is the library's, recorded in the state).
+
+Exit code 0 when stopped, 2 for bad flags (nothing started), 3 when the
+cluster cannot be reached at start.`,
+		Example: `  onprem console
+  onprem console --listen 127.0.0.1:9000 --context prod
+  onprem console --listen 0.0.0.0:8443 --tls-cert console.crt --tls-key console.key`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Check(); err != nil {
+				return inputError{err}
+			}
+			// The cluster is reached once before serving, so that a wrong
+			// kubeconfig fails here (exit 3), not in the browser.
+			if _, err := (&action.Status{Target: target}).Run(cmd.Context()); err != nil {
+				return err
+			}
+			if o.InsecureBeyondLoopback() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: serving plain HTTP on %s (--insecure): the token and the session cross the network in the clear\n", o.Listen)
+			}
+			o.Source = console.Actions{Target: target}
+			o.Ready = func(u string) {
+				fmt.Fprintln(cmd.OutOrStdout(), u)
+				fmt.Fprintln(cmd.ErrOrStderr(), "console serving: open the URL above in a browser; Ctrl-C stops it")
+			}
+			err := console.Serve(cmd.Context(), o)
+			var ie *console.InputError
+			if errors.As(err, &ie) {
+				return inputError{err}
+			}
+			return err
+		},
+	}
+	addClusterFlags(cmd, &target.Cluster)
+	addTargetFlags(cmd, &target)
+	cmd.Flags().StringVar(&o.Listen, "listen", console.DefaultListen, "host:port to serve on (loopback unless TLS or --insecure)")
+	cmd.Flags().StringVar(&o.TLSCert, "tls-cert", "", "certificate (PEM) to serve HTTPS with")
+	cmd.Flags().StringVar(&o.TLSKey, "tls-key", "", "the certificate's private key (PEM)")
+	cmd.Flags().BoolVar(&o.Insecure, "insecure", false, "allow plain HTTP on an address other than loopback")
+	return cmd
+}

@@ -1,0 +1,185 @@
+//go:build linux
+
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/sethvargo/go-envconfig"
+
+	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/e2e/testservers"
+	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/console"
+	"onprem.dev/onprem/installer/kube"
+)
+
+// artifacts is where the browser test keeps its screenshots:
+// $ONPREM_CACHE/artifacts/console (default /var/cache/onprem).
+func artifacts(t *testing.T) string {
+	t.Helper()
+	root := os.Getenv("ONPREM_CACHE")
+	if root == "" {
+		root = "/var/cache/onprem"
+	}
+	dir := filepath.Join(root, "artifacts", "console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A real browser (Debian's Chromium, headless) against the console of a
+// platform installed on a real API server: the login URL opens the
+// overview with every component Ready, a component's page shows its pods
+// and history, the page refreshes itself; requests without the session or
+// without the CSRF token are refused. Screenshots of both pages are kept.
+func TestConsoleInABrowser(t *testing.T) {
+	chrome := testservers.Chromium(t)
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	cfg := filepath.Join(t.TempDir(), "onprem.yaml")
+	if err := os.WriteFile(cfg, []byte("apiVersion: onprem.dev/v1alpha1\nkind: Installation\nmetadata:\n  name: console-demo\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n  modules:\n    pipelines: {enabled: false}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := kube.Options{Kubeconfig: c.Kubeconfig}
+	if _, err := (&action.Install{Source: action.Source{ConfigPath: cfg, Lookup: envconfig.MapLookuper(map[string]string{})}, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	target := action.Target{Cluster: cl, ConfigPath: cfg}
+	status, err := (&action.Status{Target: target}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sctx, stop := context.WithCancel(ctx)
+	urls := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- console.Serve(sctx, console.ServeOptions{Source: console.Actions{Target: target}, Listen: "127.0.0.1:0", Ready: func(u string) { urls <- u }})
+	}()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("console: %v", err)
+		}
+	})
+	var login string
+	select {
+	case login = <-urls:
+	case err := <-served:
+		t.Fatalf("console: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the console did not start")
+	}
+	base, _ := url.Parse(login)
+	base.Path, base.RawQuery = "", ""
+
+	// Without the session: the login page, 401; a POST without the CSRF
+	// token: refused before anything.
+	resp, err := http.Get(base.String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/ without a session: %d", resp.StatusCode)
+	}
+	resp, err = http.PostForm(base.String()+"/logout", url.Values{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
+		t.Errorf("POST without a session or CSRF token: %d", resp.StatusCode)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 1000), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	bctx, cancelTimeout := context.WithTimeout(bctx, 3*time.Minute)
+	defer cancelTimeout()
+
+	dir := artifacts(t)
+	if err := chromedp.Do(bctx, chromedp.Navigate(login), chromedp.WaitVisible(`#components`)); err != nil {
+		t.Fatalf("the overview in the browser: %v", err)
+	}
+	title := run(t, bctx, chromedp.Title())
+	mainText := run(t, bctx, chromedp.Text(`main`))
+	overview := run(t, bctx, chromedp.FullScreenshot(100))
+	if err := os.WriteFile(filepath.Join(dir, "overview.png"), overview, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", filepath.Join(dir, "overview.png"))
+	if title != "Overview of console-demo · onprem console" {
+		t.Errorf("title %q", title)
+	}
+	for _, cs := range status.Components {
+		if !strings.Contains(mainText, cs.Name) {
+			t.Errorf("the overview does not show %s", cs.Name)
+		}
+	}
+	ready := regexp.MustCompile(`(\d+)/(\d+)`).FindAllStringSubmatch(mainText, -1)
+	if len(ready) < len(status.Components) {
+		t.Errorf("%d readiness figures for %d components:\n%s", len(ready), len(status.Components), mainText)
+	}
+	for _, m := range ready {
+		if m[1] != m[2] {
+			t.Errorf("a component is not Ready in the overview: %s", m[0])
+		}
+	}
+	if !strings.Contains(mainText, "install") || !strings.Contains(mainText, "succeeded") {
+		t.Errorf("the overview does not show the install in the recent operations:\n%s", mainText)
+	}
+
+	// The page refreshes its live part by itself: the time it was read
+	// changes without a reload.
+	before := run(t, bctx, chromedp.Text(`.updated`))
+	if err := chromedp.Do(bctx, chromedp.Sleep(6500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	after := run(t, bctx, chromedp.Text(`.updated`))
+	if before == after {
+		t.Errorf("the overview did not refresh itself in 6.5 s: %q", before)
+	}
+
+	// A component: its pods and Helm history; reached with the keyboard
+	// as well as a mouse (a link).
+	name := status.Components[len(status.Components)-1].Name
+	if err := chromedp.Do(bctx, chromedp.Navigate(base.String()+"/components/"+name), chromedp.WaitVisible(`#history`)); err != nil {
+		t.Fatalf("component %s in the browser: %v", name, err)
+	}
+	compText := run(t, bctx, chromedp.Text(`main`))
+	component := run(t, bctx, chromedp.FullScreenshot(100))
+	if err := os.WriteFile(filepath.Join(dir, "component.png"), component, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Component " + name, "Pods", "Container ", "running", "Helm history", "deployed"} {
+		if !strings.Contains(compText, want) {
+			t.Errorf("the page of %s lacks %q:\n%s", name, want, compText)
+		}
+	}
+}
+
+// run runs one browser action that returns a value, failing the test on
+// an error.
+func run[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
