@@ -254,6 +254,8 @@ func TestPlatform(t *testing.T) {
 	// are read through the ingress controller.
 	e.rotateCertificates(ctx, readPaths)
 
+	e.step("the admin console serves the overview and a service's page of the real platform", func() { e.consoleOverview(mid) })
+
 	e.step("a build runner installed and listed", func() {
 		c := e.writeConfig("onprem-runner.yaml", mid)
 		e.onprem("runner", "install", "default", "-c", c, "--bundle", bundles[mid], "--kubeconfig", e.kubeconfig, "--timeout", "4m")
