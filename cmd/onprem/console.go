@@ -29,13 +29,15 @@ the token on the login page. The pages refresh by themselves.
   Component   its pods and containers with their state and restarts, the
               last lines of each container's log (secret values redacted),
               recent events, and its Helm history
+  Preflight   runs the checks 'onprem install' runs (with the -c
+              configuration) and shows each result with its fix
 
 The console listens on loopback (127.0.0.1:8800) unless --listen says
 otherwise; another address needs --tls-cert and --tls-key, or --insecure
 (the token and the session would cross the network in the clear). To reach
 a loopback console on a jump host, tunnel it: ssh -L 8800:127.0.0.1:8800
-HOST. Stop it with Ctrl-C; nothing is lost (the pages only read; every
-change is the library's, recorded in the state).
+HOST. Stop it with Ctrl-C; nothing is lost (the pages only read and run
+checks; every change is the library's, recorded in the state).
 
 Exit code 0 when stopped, 2 for bad flags (nothing started), 3 when the
 cluster cannot be reached at start.`,

@@ -21,6 +21,7 @@ import (
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/console"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/preflight"
 )
 
 // artifacts is where the browser test keeps its screenshots:
@@ -170,6 +171,31 @@ func TestConsoleInABrowser(t *testing.T) {
 		if !strings.Contains(compText, want) {
 			t.Errorf("the page of %s lacks %q:\n%s", name, want, compText)
 		}
+	}
+
+	// Preflight, run from the keyboard (focus the button, press Enter):
+	// every check of onprem's preflight, each with its result.
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate(base.String()+"/preflight"),
+		chromedp.WaitVisible(`#run`),
+		chromedp.Focus(`#run`),
+		chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(`#results`),
+	); err != nil {
+		t.Fatalf("preflight in the browser: %v", err)
+	}
+	preText := run(t, bctx, chromedp.Text(`main`))
+	shot := run(t, bctx, chromedp.FullScreenshot(100))
+	if err := os.WriteFile(filepath.Join(dir, "preflight.png"), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range preflight.All() {
+		if !strings.Contains(preText, c.ID) {
+			t.Errorf("the preflight page lacks check %s", c.ID)
+		}
+	}
+	if !strings.Contains(preText, "pass") {
+		t.Errorf("no check passed on the preflight page:\n%s", preText)
 	}
 }
 

@@ -26,12 +26,16 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/preflight"
 )
 
 // Source is what the pages show: the CLI's actions.
 type Source interface {
 	Status(ctx context.Context) (*action.StatusResult, error)
 	Component(ctx context.Context, name string) (*action.ComponentDetail, error)
+	// Preflight runs the checks; a report comes back with an error when
+	// checks failed.
+	Preflight(ctx context.Context) (*preflight.Report, error)
 }
 
 // Actions is the Source of an installation, through installer/action.
@@ -47,6 +51,12 @@ func (a Actions) Status(ctx context.Context) (*action.StatusResult, error) {
 // Component is one component's pods, events, logs and Helm history.
 func (a Actions) Component(ctx context.Context, name string) (*action.ComponentDetail, error) {
 	return (&action.ComponentInspect{Target: a.Target, Name: name}).Run(ctx)
+}
+
+// Preflight is 'onprem preflight' with the configuration of Target's
+// ConfigPath.
+func (a Actions) Preflight(ctx context.Context) (*preflight.Report, error) {
+	return (&action.Preflight{Source: action.Source{ConfigPath: a.Target.ConfigPath}, Cluster: a.Target.Cluster}).Run(ctx)
 }
 
 // SessionCookie is the name of the session cookie.
@@ -117,6 +127,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /live/overview", s.authorized(s.overviewFragment))
 	mux.Handle("GET /components/{name}", s.authorized(s.component))
 	mux.Handle("GET /live/components/{name}", s.authorized(s.componentFragment))
+	mux.Handle("GET /preflight", s.authorized(s.preflightPage))
+	mux.Handle("POST /preflight", s.authorized(s.preflightRun))
 	return headers(mux)
 }
 

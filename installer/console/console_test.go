@@ -15,15 +15,26 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/preflight"
 )
 
 // fakeSource is an in-memory Source for the unit tests.
 type fakeSource struct {
-	status *action.StatusResult
-	err    error
+	status     *action.StatusResult
+	err        error
+	preflights int
 }
 
 func (f *fakeSource) Status(context.Context) (*action.StatusResult, error) { return f.status, f.err }
+func (f *fakeSource) Preflight(context.Context) (*preflight.Report, error) {
+	f.preflights++
+	return &preflight.Report{Findings: []preflight.Finding{
+		{ID: "kubernetes.version", Title: "the cluster runs a supported Kubernetes", Outcome: preflight.Outcome{Result: preflight.Pass, Message: "v1.36.3"}},
+		{ID: "storage", Title: "a default StorageClass", Outcome: preflight.Outcome{Result: preflight.Fail, Message: "no default StorageClass",
+			Remediation: "mark one default: kubectl annotate storageclass NAME storageclass.kubernetes.io/is-default-class=true"}},
+	}}, errors.New("preflight: 1 check(s) failed (storage); nothing was changed")
+}
+
 func (f *fakeSource) Component(_ context.Context, name string) (*action.ComponentDetail, error) {
 	if name != "pipelines-api" {
 		return nil, errors.New(`component "` + name + `" is not installed`)
@@ -187,5 +198,44 @@ func TestNewRefusesAShortToken(t *testing.T) {
 	b, _ := NewToken()
 	if len(a) != 64 || a == b {
 		t.Errorf("tokens %q %q", a, b)
+	}
+}
+
+// Preflight runs only on a POST with the CSRF token, and shows every
+// result with its remediation.
+func TestPreflightPage(t *testing.T) {
+	src := healthy()
+	srv, c := start(t, src)
+	_, body, _ := get(t, c, srv.URL+"/login?token="+token)
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no CSRF token")
+	}
+	code, body, _ := get(t, c, srv.URL+"/preflight")
+	if code != http.StatusOK || !strings.Contains(body, "Run the checks") || src.preflights != 0 {
+		t.Fatalf("GET /preflight: %d, %d runs\n%s", code, src.preflights, body)
+	}
+	resp, err := c.PostForm(srv.URL+"/preflight", url.Values{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || src.preflights != 0 {
+		t.Fatalf("POST /preflight without the CSRF token: %d, %d runs", resp.StatusCode, src.preflights)
+	}
+	resp, err = c.PostForm(srv.URL+"/preflight", url.Values{"csrf": {m[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body = string(b)
+	for _, want := range []string{"2 checks", "kubernetes.version", "no default StorageClass", "storageclass.kubernetes.io/is-default-class=true", "1 check(s) failed", `<tr class="fail">`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the preflight results lack %q", want)
+		}
+	}
+	if resp.StatusCode != http.StatusOK || src.preflights != 1 {
+		t.Errorf("POST /preflight: %d, %d runs", resp.StatusCode, src.preflights)
 	}
 }

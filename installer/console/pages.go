@@ -12,6 +12,7 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/certs"
+	"onprem.dev/onprem/preflight"
 )
 
 //go:embed assets/*.html assets/static
@@ -53,6 +54,10 @@ type page struct {
 	Detail *action.ComponentDetail
 	// Name is the component a component page is about.
 	Name string
+	// Preflight is a report of the checks just run; PreflightError says
+	// why they failed or could not run.
+	Preflight      *preflight.Report
+	PreflightError string
 	// Live is the fragment URL the page polls.
 	Live string
 	Now  time.Time
@@ -121,4 +126,24 @@ func (s *Server) componentFragment(w http.ResponseWriter, r *http.Request, sess 
 	name := r.PathValue("name")
 	d, banner := s.readComponent(r.Context(), name)
 	s.render(w, http.StatusOK, "component-live", page{Name: name, Detail: d, Banner: banner, CSRF: sess.csrf})
+}
+
+// preflightTimeout bounds a run of the checks from the console.
+const preflightTimeout = 5 * time.Minute
+
+func (s *Server) preflightPage(w http.ResponseWriter, _ *http.Request, sess *session) {
+	s.render(w, http.StatusOK, "preflight", page{Title: "Preflight", CSRF: sess.csrf})
+}
+
+// preflightRun runs the checks (a POST: it reaches the cluster and the
+// registries) and shows every result with its remediation.
+func (s *Server) preflightRun(w http.ResponseWriter, r *http.Request, sess *session) {
+	ctx, cancel := context.WithTimeout(r.Context(), preflightTimeout)
+	defer cancel()
+	rep, err := s.source.Preflight(ctx)
+	p := page{Title: "Preflight", CSRF: sess.csrf, Preflight: rep}
+	if err != nil {
+		p.PreflightError = err.Error()
+	}
+	s.render(w, http.StatusOK, "preflight", p)
 }
