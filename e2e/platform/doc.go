@@ -34,7 +34,10 @@
 //     and `--retire-ca`, each while records are read through the ingress
 //     controller: no request fails, the controller serves each new
 //     certificate (the time it took is logged), and afterwards a client
-//     holding only the old CA is refused (rotate_test.go);
+//     holding only the old CA is refused (rotate_test.go); `onprem
+//     console` started, logged into with the URL it prints, its overview
+//     and pipelines-api's page (with real log lines) checked, and stopped
+//     with an interrupt (console_test.go);
 //     `onprem runner install` (the runner stand-in image as agent and
 //     engine) and the runner `runner list` shows ready;
 //     `onprem runtime install` of the fixture GitOps runtime chart against
