@@ -25,10 +25,13 @@ the token on the login page. The pages refresh by themselves.
   Overview    the installation's name, namespace and version; every
               component with its chart, Helm release, revision, ready and
               desired replicas and last error; the recent operations of the
-              history; the certificates and their expiry
+              history; the backups; the certificates and their expiry
   Component   its pods and containers with their state and restarts, the
               last lines of each container's log (secret values redacted),
               recent events, and its Helm history
+  Runners and runtimes
+              each with its cluster and health (as 'runner list' and
+              'runtime list')
   Preflight   runs the checks 'onprem install' runs (with the -c
               configuration) and shows each result with its fix
 

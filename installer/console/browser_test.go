@@ -173,6 +173,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		}
 	}
 
+	// Runners and runtimes: none on this platform, said so.
+	if err := chromedp.Do(bctx, chromedp.Navigate(base.String()+"/attachments"), chromedp.WaitVisible(`#runtimes`)); err != nil {
+		t.Fatalf("runners and runtimes in the browser: %v", err)
+	}
+	if text := run(t, bctx, chromedp.Text(`main`)); !strings.Contains(text, "No runners") || !strings.Contains(text, "No GitOps runtimes") {
+		t.Errorf("the runners and runtimes page:\n%s", text)
+	}
+
 	// Preflight, run from the keyboard (focus the button, press Enter):
 	// every check of onprem's preflight, each with its result.
 	if err := chromedp.Do(bctx,

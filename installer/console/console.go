@@ -36,6 +36,15 @@ type Source interface {
 	// Preflight runs the checks; a report comes back with an error when
 	// checks failed.
 	Preflight(ctx context.Context) (*preflight.Report, error)
+	// Attachments lists the runners and runtimes with their health.
+	Attachments(ctx context.Context) (*Attachments, error)
+}
+
+// Attachments are the runners and runtimes of the installation, as 'onprem
+// runner list' and 'onprem runtime list' read them.
+type Attachments struct {
+	Runners  *action.RunnerListResult
+	Runtimes *action.RuntimeListResult
 }
 
 // Actions is the Source of an installation, through installer/action.
@@ -57,6 +66,19 @@ func (a Actions) Component(ctx context.Context, name string) (*action.ComponentD
 // ConfigPath.
 func (a Actions) Preflight(ctx context.Context) (*preflight.Report, error) {
 	return (&action.Preflight{Source: action.Source{ConfigPath: a.Target.ConfigPath}, Cluster: a.Target.Cluster}).Run(ctx)
+}
+
+// Attachments is 'onprem runner list' and 'onprem runtime list'.
+func (a Actions) Attachments(ctx context.Context) (*Attachments, error) {
+	runners, err := (&action.RunnerList{Target: a.Target}).Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	runtimes, err := (&action.RuntimeList{Target: a.Target}).Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Attachments{Runners: runners, Runtimes: runtimes}, nil
 }
 
 // SessionCookie is the name of the session cookie.
@@ -127,6 +149,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /live/overview", s.authorized(s.overviewFragment))
 	mux.Handle("GET /components/{name}", s.authorized(s.component))
 	mux.Handle("GET /live/components/{name}", s.authorized(s.componentFragment))
+	mux.Handle("GET /attachments", s.authorized(s.attachments))
+	mux.Handle("GET /live/attachments", s.authorized(s.attachmentsFragment))
 	mux.Handle("GET /preflight", s.authorized(s.preflightPage))
 	mux.Handle("POST /preflight", s.authorized(s.preflightRun))
 	return headers(mux)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/runner"
+	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/preflight"
 )
@@ -33,6 +35,16 @@ func (f *fakeSource) Preflight(context.Context) (*preflight.Report, error) {
 		{ID: "storage", Title: "a default StorageClass", Outcome: preflight.Outcome{Result: preflight.Fail, Message: "no default StorageClass",
 			Remediation: "mark one default: kubectl annotate storageclass NAME storageclass.kubernetes.io/is-default-class=true"}},
 	}}, errors.New("preflight: 1 check(s) failed (storage); nothing was changed")
+}
+
+func (f *fakeSource) Attachments(context.Context) (*Attachments, error) {
+	return &Attachments{
+		Runners: &action.RunnerListResult{Namespace: "onprem", Runners: []runner.Status{{Name: "gpu", Server: "https://10.0.0.9:6443", Namespace: "onprem-runner-gpu",
+			Version: "2.8.0", Reachable: true, Release: "deployed", Agent: runner.Readiness{Ready: 1, Desired: 1}, Engine: runner.Readiness{Ready: 1, Desired: 1}, Ready: true}}},
+		Runtimes: &action.RuntimeListResult{Namespace: "onprem", Repository: "https://git.example.com/cfg.git", ConfigRuntime: "edge",
+			Runtimes: []runtime.Status{{Name: "edge", Server: "https://10.0.0.7:6443", Namespace: "edge", Version: "2.8.0", Chart: "gitops-runtime-0.26.0",
+				Problem: "unreachable: dial tcp 10.0.0.7:6443: i/o timeout"}}},
+	}, nil
 }
 
 func (f *fakeSource) Component(_ context.Context, name string) (*action.ComponentDetail, error) {
@@ -120,7 +132,7 @@ func TestLoginAndPages(t *testing.T) {
 	if !strings.Contains(h.Get("Content-Security-Policy"), "script-src 'self'") {
 		t.Errorf("CSP %q", h.Get("Content-Security-Policy"))
 	}
-	for _, want := range []string{"<title>Overview of prod · onprem console</title>", "<h1>", "<h2 id=\"components\">", `lang="en"`} {
+	for _, want := range []string{"<title>Overview of prod · onprem console</title>", "<h1>", "<h2 id=\"components\">", "<h2 id=\"backups\">", "None recorded and none scheduled", `lang="en"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %q", want)
 		}
@@ -237,5 +249,19 @@ func TestPreflightPage(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusOK || src.preflights != 1 {
 		t.Errorf("POST /preflight: %d, %d runs", resp.StatusCode, src.preflights)
+	}
+}
+
+// The runners and runtimes page shows each with its health, an
+// unreachable one with the reason.
+func TestAttachmentsPage(t *testing.T) {
+	srv, c := start(t, healthy())
+	get(t, c, srv.URL+"/login?token="+token)
+	code, body, _ := get(t, c, srv.URL+"/attachments")
+	for _, want := range []string{"<title>Runners and runtimes · onprem console</title>", "gpu", "1/1", "ready", "edge", "unreachable: dial tcp 10.0.0.7:6443: i/o timeout",
+		"held by edge", `data-live="/live/attachments"`} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("the runners and runtimes page lacks %q (%d)", want, code)
+		}
 	}
 }

@@ -54,6 +54,8 @@ type page struct {
 	Detail *action.ComponentDetail
 	// Name is the component a component page is about.
 	Name string
+	// Attachments are the runners and runtimes.
+	Attachments *Attachments
 	// Preflight is a report of the checks just run; PreflightError says
 	// why they failed or could not run.
 	Preflight      *preflight.Report
@@ -146,4 +148,24 @@ func (s *Server) preflightRun(w http.ResponseWriter, r *http.Request, sess *sess
 		p.PreflightError = err.Error()
 	}
 	s.render(w, http.StatusOK, "preflight", p)
+}
+
+func (s *Server) readAttachments(ctx context.Context) (*Attachments, string) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	a, err := s.source.Attachments(ctx)
+	if err != nil {
+		return a, "The runners and runtimes could not be read: " + err.Error() + ". The page tries again every few seconds."
+	}
+	return a, ""
+}
+
+func (s *Server) attachments(w http.ResponseWriter, r *http.Request, sess *session) {
+	a, banner := s.readAttachments(r.Context())
+	s.render(w, http.StatusOK, "attachments", page{Title: "Runners and runtimes", Attachments: a, Banner: banner, CSRF: sess.csrf, Live: "/live/attachments"})
+}
+
+func (s *Server) attachmentsFragment(w http.ResponseWriter, r *http.Request, sess *session) {
+	a, banner := s.readAttachments(r.Context())
+	s.render(w, http.StatusOK, "attachments-live", page{Attachments: a, Banner: banner, CSRF: sess.csrf})
 }
