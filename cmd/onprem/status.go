@@ -128,6 +128,13 @@ Reads the cluster only; works from any machine with access.`,
 						fmt.Fprintf(w, "  %s\n", op.Message)
 					}
 				}
+				if lk := res.Lock; lk != nil {
+					held := "held"
+					if lk.Expired {
+						held = "left behind (its holder stopped renewing it; the next onprem takes it over)"
+					}
+					fmt.Fprintf(w, "lock: %s by %s since %s, expires %s\n", held, lk.Holder, lk.Since.Format(timeFormat), lk.Expires.Format(timeFormat))
+				}
 				printBackupStatus(w, res.Backups)
 				printCertificates(w, res.Certificates)
 			})

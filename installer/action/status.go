@@ -86,6 +86,9 @@ type StatusResult struct {
 	ConfigDigest  string            `json:"configDigest,omitempty"`
 	Components    []ComponentStatus `json:"components"`
 	LastOperation *state.Operation  `json:"lastOperation,omitempty"`
+	// Lock is who holds the installation's lock now (nil: free, or it
+	// could not be read).
+	Lock *state.LockState `json:"lock,omitempty"`
 	// Recent are the last operations of the history, newest first (at
 	// most RecentOperations).
 	Recent []state.Operation `json:"recent,omitempty"`
@@ -143,6 +146,9 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 		for i := n - 1; i >= 0 && len(out.Recent) < RecentOperations; i-- {
 			out.Recent = append(out.Recent, st.History[i])
 		}
+	}
+	if lk, err := state.ReadLock(ctx, cl.Client, ns, time.Now()); err == nil {
+		out.Lock = lk
 	}
 	releases := apply.NewHelmReleases(cl.Getter, ns, nil)
 	for _, name := range orderedComponents(st) {

@@ -21,6 +21,7 @@ import (
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/console"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/preflight"
 )
 
@@ -145,15 +146,34 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the overview does not show the install in the recent operations:\n%s", mainText)
 	}
 
-	// The page refreshes its live part by itself: the time it was read
-	// changes without a reload.
-	before := run(t, bctx, chromedp.Text(`.updated`))
+	// The page refreshes its live part by itself: an operation that takes
+	// the installation's lock meanwhile (here the test, as another onprem
+	// would) shows up without a reload, and so does its end.
+	if lock := run(t, bctx, chromedp.Text(`#lock`)); lock != "free" {
+		t.Errorf("the lock before: %q", lock)
+	}
+	kc, err := kube.Connect(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := state.Acquire(ctx, kc.Client, "onprem", state.LockOptions{Holder: "ops@jump-1 pid 4242 (onprem upgrade)"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := chromedp.Do(bctx, chromedp.Sleep(6500*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	after := run(t, bctx, chromedp.Text(`.updated`))
-	if before == after {
-		t.Errorf("the overview did not refresh itself in 6.5 s: %q", before)
+	if lock := run(t, bctx, chromedp.Text(`#lock`)); !strings.Contains(lock, "held by ops@jump-1 pid 4242 (onprem upgrade)") {
+		t.Errorf("the overview did not show the lock's holder within 6.5 s: %q", lock)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Sleep(6500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if lock := run(t, bctx, chromedp.Text(`#lock`)); lock != "free" {
+		t.Errorf("the overview did not show the lock released within 6.5 s: %q", lock)
 	}
 
 	// A component: its pods and Helm history; reached with the keyboard

@@ -132,7 +132,7 @@ func TestLoginAndPages(t *testing.T) {
 	if !strings.Contains(h.Get("Content-Security-Policy"), "script-src 'self'") {
 		t.Errorf("CSP %q", h.Get("Content-Security-Policy"))
 	}
-	for _, want := range []string{"<title>Overview of prod · onprem console</title>", "<h1>", "<h2 id=\"components\">", "<h2 id=\"backups\">", "None recorded and none scheduled", `lang="en"`} {
+	for _, want := range []string{"<title>Overview of prod · onprem console</title>", "<h1>", "<h2 id=\"components\">", "<h2 id=\"backups\">", "None recorded and none scheduled", `<dd id="lock">free</dd>`, `lang="en"`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %q", want)
 		}

@@ -519,3 +519,38 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	return fmt.Errorf("releasing the onprem lock (Lease %s/%s): it kept changing", l.namespace, LeaseName)
 }
+
+// LockState is the installation's lock as another reader sees it.
+type LockState struct {
+	// Holder is who holds it ("" when it is free or there is none).
+	Holder string `json:"holder,omitempty"`
+	// Since is when the holder took it; Expires when it expires if the
+	// holder stops renewing it.
+	Since   time.Time `json:"since,omitzero"`
+	Expires time.Time `json:"expires,omitzero"`
+	// Expired: the holder stopped renewing it (a killed onprem); the next
+	// onprem takes it over.
+	Expired bool `json:"expired,omitempty"`
+}
+
+// ReadLock reads the installation's lock without taking it: nil when it is
+// free.
+func ReadLock(ctx context.Context, c kubernetes.Interface, namespace string, now time.Time) (*LockState, error) {
+	le, err := c.CoordinationV1().Leases(namespace).Get(ctx, LeaseName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the onprem lock (Lease %s/%s): %w", namespace, LeaseName, err)
+	}
+	if le.Spec.HolderIdentity == nil || *le.Spec.HolderIdentity == "" {
+		return nil, nil
+	}
+	l := &Lock{opts: LockOptions{LeaseDuration: DefaultLeaseDuration}}
+	st := &LockState{Holder: *le.Spec.HolderIdentity, Since: le.CreationTimestamp.Time, Expires: l.expiry(le)}
+	if le.Spec.AcquireTime != nil {
+		st.Since = le.Spec.AcquireTime.Time
+	}
+	st.Expired = now.After(st.Expires)
+	return st, nil
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -115,5 +116,40 @@ func TestLockLostWhenRenewalFails(t *testing.T) {
 	failing.Store(false)
 	if err := l.Release(ctx); err != nil {
 		t.Errorf("Release = %v", err)
+	}
+}
+
+// ReadLock shows who holds the lock without taking it: nothing when there
+// is no Lease or it is free, the holder and expiry when held, and whether
+// the holder stopped renewing it.
+func TestReadLock(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	c := fake.NewClientset()
+	if st, err := ReadLock(ctx, c, "onprem", now); st != nil || err != nil {
+		t.Fatalf("no Lease: %+v, %v", st, err)
+	}
+	holder, seconds := "ops@host pid 42 (onprem upgrade)", int32(30)
+	acquired := metav1.NewMicroTime(now.Add(-time.Minute))
+	renewed := metav1.NewMicroTime(now.Add(-10 * time.Second))
+	le := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName, Namespace: "onprem"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &seconds, AcquireTime: &acquired, RenewTime: &renewed}}
+	if _, err := c.CoordinationV1().Leases("onprem").Create(ctx, le, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadLock(ctx, c, "onprem", now)
+	if err != nil || st == nil || st.Holder != holder || !st.Since.Equal(acquired.Time) || !st.Expires.Equal(renewed.Add(30*time.Second)) || st.Expired {
+		t.Fatalf("held: %+v, %v", st, err)
+	}
+	if st, _ := ReadLock(ctx, c, "onprem", now.Add(time.Minute)); st == nil || !st.Expired {
+		t.Errorf("a minute later, without renewal: %+v", st)
+	}
+	empty := ""
+	le.Spec.HolderIdentity = &empty
+	if _, err := c.CoordinationV1().Leases("onprem").Update(ctx, le, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ReadLock(ctx, c, "onprem", now); st != nil || err != nil {
+		t.Errorf("released: %+v, %v", st, err)
 	}
 }
