@@ -97,7 +97,12 @@ func probe(ctx context.Context, server string, cc *clusterConfig, timeout time.D
 		got, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		if err != nil {
 			cr := classify(ctx, err, server, timeout, name, runtime)
-			cr.version = r.version
+			// A token rejected now says nothing about what it read a
+			// moment ago (the API server accepts a revoked token for up to
+			// 10 s from its cache): no version with Unauthorized.
+			if cr.health != Unauthorized {
+				cr.version = r.version
+			}
 			return cr
 		}
 		if !got.Status.Allowed {
