@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/certs"
+	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/secrets"
 )
 
@@ -106,11 +107,13 @@ func List(ctx context.Context, c kubernetes.Interface, namespace string, now tim
 	return out, nil
 }
 
+// kindOf says what a Secret holds: a certificate (its type), the platform's
+// keys (the credentials plan's Secret of them), else a credential.
 func kindOf(s *corev1.Secret) string {
 	switch {
 	case s.Type == corev1.SecretTypeTLS:
 		return KindCertificate
-	case len(s.Data["signing-key"]) > 0 || len(s.Data["encryption-key"]) > 0:
+	case s.Name == credentials.PlatformKeys:
 		return KindKeys
 	default:
 		return KindCredential
