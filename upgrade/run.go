@@ -412,6 +412,11 @@ func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step,
 	rolled, kept, err := RollBack(ctx, o.Releases, o.State, rec.Before, o.Timeout, o.Progress)
 	fe.RolledBack, fe.Kept, fe.RollbackErr = rolled, kept, err
 	rec.RolledBack = rolled
+	if o.Reporter != nil {
+		for _, n := range rolled {
+			o.Reporter.Report(apply.Event{Component: n, Phase: apply.PhaseRolledBack, Revision: rec.Before[n]})
+		}
+	}
 	if err == nil {
 		rec.Outcome = state.OutcomeRolledBack
 	}

@@ -15,6 +15,7 @@ import (
 	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/backupfile"
 	"onprem.dev/onprem/installer/backupstore"
+	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/state"
@@ -395,4 +396,63 @@ func (b *BackupDelete) Run(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return name + " deleted from " + store.String(), nil
+}
+
+// configuredStore opens the bucket of a configuration's spec.backup, with
+// its credentials and CA Secrets read from namespace ns.
+func configuredStore(ctx context.Context, cl *kube.Cluster, ns string, b config.Backup) (backupstore.Store, error) {
+	dest := BackupDestination{To: "s3://" + b.S3.Bucket + "/" + b.S3.Prefix, S3CredentialsSecret: b.S3.CredentialsSecret,
+		S3: backupstore.S3Options{Endpoint: b.S3.Endpoint, Region: b.S3.Region}}
+	if b.S3.CASecret != "" {
+		sec, err := cl.Client.CoreV1().Secrets(ns).Get(ctx, b.S3.CASecret, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("spec.backup.s3.caSecret: reading Secret %s/%s: %w", ns, b.S3.CASecret, err)
+		}
+		dest.S3.CAPEM = sec.Data["ca.crt"]
+	}
+	store, err := dest.open(ctx, cl, ns)
+	if err != nil {
+		return nil, fmt.Errorf("spec.backup: %w", err)
+	}
+	return store, nil
+}
+
+// ErrNoBucket: the configuration names no bucket for backups.
+var ErrNoBucket = errors.New("the configuration names no bucket for backups (spec.backup.s3.bucket): see 'onprem backup --help'")
+
+// ConfiguredBackups lists the installation's backups in the bucket its
+// configuration names (spec.backup.s3), oldest first.
+type ConfiguredBackups struct {
+	Source
+	Cluster kube.Options
+}
+
+// Run lists; ErrNoBucket (an input error) when no bucket is configured.
+func (b *ConfiguredBackups) Run(ctx context.Context) (*BackupListResult, error) {
+	l, err := b.Source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l.Close()
+	in := l.Installation
+	if in.Spec.Backup.S3.Bucket == "" {
+		return nil, inputErr(ErrNoBucket)
+	}
+	cl, err := kube.Connect(ctx, b.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	store, err := configuredStore(ctx, cl, in.Spec.Namespace, in.Spec.Backup)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	objs = backupstore.Of(in.Metadata.Name, objs)
+	if objs == nil {
+		objs = []backupstore.Object{}
+	}
+	return &BackupListResult{Where: store.String(), Backups: objs}, nil
 }

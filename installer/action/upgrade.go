@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"os"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/backupfile"
-	"onprem.dev/onprem/installer/backupstore"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/release"
@@ -351,18 +349,9 @@ func (u *UpgradeApply) archive(ctx context.Context, p *planned) (func(context.Co
 	if !b.BeforeUpgrades() || u.SkipBackup {
 		return nil, nil
 	}
-	dest := BackupDestination{To: "s3://" + b.S3.Bucket + "/" + b.S3.Prefix, S3CredentialsSecret: b.S3.CredentialsSecret,
-		S3: backupstore.S3Options{Endpoint: b.S3.Endpoint, Region: b.S3.Region}}
-	if b.S3.CASecret != "" {
-		sec, err := p.cl.Client.CoreV1().Secrets(p.st.Namespace).Get(ctx, b.S3.CASecret, metav1.GetOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("spec.backup.s3.caSecret: reading Secret %s/%s: %w", p.st.Namespace, b.S3.CASecret, err)
-		}
-		dest.S3.CAPEM = sec.Data["ca.crt"]
-	}
-	store, err := dest.open(ctx, p.cl, p.st.Namespace)
+	store, err := configuredStore(ctx, p.cl, p.st.Namespace, b)
 	if err != nil {
-		return nil, fmt.Errorf("spec.backup: %w", err)
+		return nil, err
 	}
 	recipients, err := backupfile.Keys{Recipients: b.Recipients}.EncryptTo()
 	if err != nil {
@@ -501,4 +490,54 @@ func lastStep(st *state.State) *state.Step {
 		}
 	}
 	return nil
+}
+
+// UpgradeVersions lists the versions an upgrade can reach from the
+// installed one: the embedded releases and those of UpgradeTarget's
+// bundles. It changes nothing.
+type UpgradeVersions struct {
+	UpgradeTarget
+}
+
+// UpgradeVersionsResult is the installed version and where it can go.
+type UpgradeVersionsResult struct {
+	Installation string `json:"installation"`
+	Namespace    string `json:"namespace"`
+	Installed    string `json:"installed"`
+	// Configured is the configuration's spec.version.
+	Configured string `json:"configured"`
+	// Reachable are the newer versions some upgrade path reaches, oldest
+	// first (empty: the platform is at the newest it can be).
+	Reachable []VersionInfo `json:"reachable"`
+}
+
+// Run lists them.
+func (u *UpgradeVersions) Run(ctx context.Context) (*UpgradeVersionsResult, error) {
+	l, err := u.Source.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	cl, err := kube.Connect(ctx, u.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	ns := l.Installation.Spec.Namespace
+	st, err := state.NewStore(cl.Client, ns).Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Version == "" {
+		return nil, inputErr(&NotInstalledError{Namespace: ns})
+	}
+	reach, err := upgrade.Reachable(l.Releases, st.Version)
+	if err != nil {
+		return nil, err
+	}
+	out := &UpgradeVersionsResult{Installation: l.Installation.Metadata.Name, Namespace: ns, Installed: st.Version,
+		Configured: l.Installation.Spec.Version, Reachable: []VersionInfo{}}
+	for _, r := range reach {
+		out.Reachable = append(out.Reachable, versionInfo(r))
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,6 +140,19 @@ func TestUpgradeAcrossTwoStepsAndRollback(t *testing.T) {
 	var ie *InputError
 	if !errors.As(err, &vc) || !errors.As(err, &ie) || !strings.Contains(err.Error(), "onprem upgrade apply --to 2.8.0") {
 		t.Fatalf("install of another version: %v", err)
+	}
+
+	// Where 2.6.3 can go (the console's Upgrade page).
+	vs, err := (&UpgradeVersions{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reach []string
+	for _, v := range vs.Reachable {
+		reach = append(reach, v.Version)
+	}
+	if vs.Installed != "2.6.3" || vs.Configured != "2.8.0" || !slices.Equal(reach, []string{"2.7.0", "2.7.1", "2.8.0"}) {
+		t.Errorf("versions: installed %s, configured %s, reachable %v", vs.Installed, vs.Configured, reach)
 	}
 
 	// Bad targets are input errors that list where 2.6.3 can go.
@@ -335,13 +349,20 @@ func TestNeverReadyComponentRollsTheStepBack(t *testing.T) {
 	installAt(t, c, "2.6.3")
 	src, cl := clusterConfig(t, c, upgradePlatform("2.7.0",
 		overlay(t, "Deployment", "pipelines-api", testcluster.AnnotationNeverReady)))
-	_, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 20 * time.Second}).Run(ctx)
+	rep := &phases{}
+	_, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 20 * time.Second, Reporter: rep}).Run(ctx)
 	var fe *upgrade.FailedError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "pipelines-api") || fe.RollbackErr != nil {
 		t.Fatalf("err = %v", err)
 	}
 	if !slices.Contains(fe.RolledBack, "pipelines-api") || !slices.Contains(fe.RolledBack, "redis") {
 		t.Errorf("rolled back %v", fe.RolledBack)
+	}
+	// The reporter (the console's, the CLI's lines) is told each rollback.
+	for _, n := range fe.RolledBack {
+		if p := rep.last(n); p != apply.PhaseRolledBack {
+			t.Errorf("the last event of %s: %q, want %q", n, p, apply.PhaseRolledBack)
+		}
 	}
 	if img := image(t, c.Client, "Deployment", "pipelines-api"); !strings.HasSuffix(img, ":2.6.3") {
 		t.Errorf("pipelines-api image = %s", img)
@@ -411,6 +432,9 @@ func TestUpgradeWithoutAnInstallation(t *testing.T) {
 	_, err = (&Rollback{Target: Target{Cluster: cl, ConfigPath: src.ConfigPath}}).Run(context.Background())
 	if !errors.As(err, &ni) {
 		t.Errorf("rollback: %v", err)
+	}
+	if _, err = (&UpgradeVersions{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}}).Run(context.Background()); !errors.As(err, &ni) || !errors.As(err, &ie) {
+		t.Errorf("versions: %v", err)
 	}
 }
 
@@ -487,4 +511,25 @@ func TestAdoptAPlatformInstalledWithHelm(t *testing.T) {
 	if err != nil || up.Version != "2.7.0" {
 		t.Fatalf("upgrade after adopt: %v", err)
 	}
+}
+
+// phases records the last phase reported for each component.
+type phases struct {
+	mu sync.Mutex
+	m  map[string]apply.Phase
+}
+
+func (p *phases) Report(e apply.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]apply.Phase{}
+	}
+	p.m[e.Component] = e.Phase
+}
+
+func (p *phases) last(name string) apply.Phase {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[name]
 }

@@ -36,17 +36,21 @@ func (v *Versions) Run() ([]VersionInfo, error) {
 	}
 	var out []VersionInfo
 	for _, r := range set.All() {
-		info := VersionInfo{
-			Version: r.Version, Date: r.Date, Kubernetes: r.Kubernetes, UpgradeFrom: r.UpgradeFrom,
-			Required: r.Required, Installable: true, Components: r.ComponentNames(), Notes: r.Notes,
-		}
-		if err := r.CheckInstaller(version.Version); err != nil {
-			info.Installable, info.Reason = false, err.Error()
-		}
-		for _, m := range r.Migrations {
-			info.Migrations = append(info.Migrations, m.Name)
-		}
-		out = append(out, info)
+		out = append(out, versionInfo(r))
 	}
 	return out, nil
+}
+
+func versionInfo(r *release.Release) VersionInfo {
+	info := VersionInfo{
+		Version: r.Version, Date: r.Date, Kubernetes: r.Kubernetes, UpgradeFrom: r.UpgradeFrom,
+		Required: r.Required, Installable: true, Components: r.ComponentNames(), Notes: r.Notes,
+	}
+	if err := r.CheckInstaller(version.Version); err != nil {
+		info.Installable, info.Reason = false, err.Error()
+	}
+	for _, m := range r.Migrations {
+		info.Migrations = append(info.Migrations, m.Name)
+	}
+	return info
 }

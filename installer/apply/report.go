@@ -20,6 +20,9 @@ const (
 	PhaseUnchanged Phase = "unchanged"
 	PhaseFailed    Phase = "failed"
 	PhaseSkipped   Phase = "skipped"
+	// PhaseRolledBack: an upgrade step failed and the component went back
+	// to its revision from before the step (Revision).
+	PhaseRolledBack Phase = "rolled back"
 )
 
 // Event is one step of one component.
@@ -90,6 +93,8 @@ func describe(e Event) string {
 		return fmt.Sprintf("FAILED after %s: %v", e.Elapsed.Round(100*time.Millisecond), e.Err)
 	case PhaseSkipped:
 		return fmt.Sprintf("skipped: %v", e.Err)
+	case PhaseRolledBack:
+		return fmt.Sprintf("rolled back to revision %d", e.Revision)
 	}
 	return string(e.Phase)
 }
