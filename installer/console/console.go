@@ -24,62 +24,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"onprem.dev/onprem/installer/action"
-	"onprem.dev/onprem/preflight"
 )
-
-// Source is what the pages show: the CLI's actions.
-type Source interface {
-	Status(ctx context.Context) (*action.StatusResult, error)
-	Component(ctx context.Context, name string) (*action.ComponentDetail, error)
-	// Preflight runs the checks; a report comes back with an error when
-	// checks failed.
-	Preflight(ctx context.Context) (*preflight.Report, error)
-	// Attachments lists the runners and runtimes with their health.
-	Attachments(ctx context.Context) (*Attachments, error)
-}
-
-// Attachments are the runners and runtimes of the installation, as 'onprem
-// runner list' and 'onprem runtime list' read them.
-type Attachments struct {
-	Runners  *action.RunnerListResult
-	Runtimes *action.RuntimeListResult
-}
-
-// Actions is the Source of an installation, through installer/action.
-type Actions struct {
-	Target action.Target
-}
-
-// Status is 'onprem status'.
-func (a Actions) Status(ctx context.Context) (*action.StatusResult, error) {
-	return (&action.Status{Target: a.Target}).Run(ctx)
-}
-
-// Component is one component's pods, events, logs and Helm history.
-func (a Actions) Component(ctx context.Context, name string) (*action.ComponentDetail, error) {
-	return (&action.ComponentInspect{Target: a.Target, Name: name}).Run(ctx)
-}
-
-// Preflight is 'onprem preflight' with the configuration of Target's
-// ConfigPath.
-func (a Actions) Preflight(ctx context.Context) (*preflight.Report, error) {
-	return (&action.Preflight{Source: action.Source{ConfigPath: a.Target.ConfigPath}, Cluster: a.Target.Cluster}).Run(ctx)
-}
-
-// Attachments is 'onprem runner list' and 'onprem runtime list'.
-func (a Actions) Attachments(ctx context.Context) (*Attachments, error) {
-	runners, err := (&action.RunnerList{Target: a.Target}).Run(ctx)
-	if err != nil {
-		return nil, err
-	}
-	runtimes, err := (&action.RuntimeList{Target: a.Target}).Run(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &Attachments{Runners: runners, Runtimes: runtimes}, nil
-}
 
 // SessionCookie is the name of the session cookie.
 const SessionCookie = "onprem_console"
@@ -97,6 +42,10 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	now      func() time.Time
+
+	ops *operations
+	// tmp holds the support bundles being written for a download.
+	tmp string
 }
 
 type session struct {
@@ -111,6 +60,13 @@ type Options struct {
 	// Secure marks cookies Secure: set it when serving over TLS.
 	Secure bool
 	Logger *slog.Logger
+	// Context is what the console's operations run under: when it ends,
+	// they are interrupted (and record it, as the CLI's do). Default:
+	// context.Background().
+	Context context.Context
+	// TempDir is where support bundles are written before they are sent
+	// (default: the system's).
+	TempDir string
 }
 
 // New returns a console server for source.
@@ -122,7 +78,12 @@ func New(source Source, o Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{source: source, token: o.Token, secure: o.Secure, log: log, sessions: map[string]*session{}, now: time.Now}, nil
+	base := o.Context
+	if base == nil {
+		base = context.Background()
+	}
+	return &Server{source: source, token: o.Token, secure: o.Secure, log: log, sessions: map[string]*session{}, now: time.Now,
+		ops: &operations{base: base}, tmp: o.TempDir}, nil
 }
 
 // NewToken is a random login token (256 bits, hex).
@@ -153,6 +114,16 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /live/attachments", s.authorized(s.attachmentsFragment))
 	mux.Handle("GET /preflight", s.authorized(s.preflightPage))
 	mux.Handle("POST /preflight", s.authorized(s.preflightRun))
+	mux.Handle("GET /upgrade", s.authorized(s.upgradePage))
+	mux.Handle("GET /upgrade/plan", s.authorized(s.upgradePlan))
+	mux.Handle("POST /upgrade", s.authorized(s.upgradeApply))
+	mux.Handle("GET /operations/{id}", s.authorized(s.operation))
+	mux.Handle("GET /live/operations/{id}", s.authorized(s.operationFragment))
+	mux.Handle("GET /config", s.authorized(s.configPage))
+	mux.Handle("POST /config/check", s.authorized(s.configCheck))
+	mux.Handle("POST /config/apply", s.authorized(s.configApply))
+	mux.Handle("GET /support", s.authorized(s.supportPage))
+	mux.Handle("POST /support", s.authorized(s.supportDownload))
 	return headers(mux)
 }
 

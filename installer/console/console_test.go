@@ -25,6 +25,7 @@ type fakeSource struct {
 	status     *action.StatusResult
 	err        error
 	preflights int
+	fake       *fakeOps
 }
 
 func (f *fakeSource) Status(context.Context) (*action.StatusResult, error) { return f.status, f.err }

@@ -40,6 +40,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return time.Since(t).Round(time.Second).String() + " ago"
 	},
 	"level": func(l certs.Level) string { return string(l) },
+	"dur":   func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) },
 }).ParseFS(assets, "assets/*.html"))
 
 // page is what every template gets.
@@ -60,9 +61,28 @@ type page struct {
 	// why they failed or could not run.
 	Preflight      *preflight.Report
 	PreflightError string
-	// Live is the fragment URL the page polls.
-	Live string
-	Now  time.Time
+	// Versions are where an upgrade can go; Plan is one's plan, To its
+	// target.
+	Versions *action.UpgradeVersionsResult
+	Plan     *action.UpgradePlanResult
+	To       string
+	// Op is an operation started from the console; Ops are all of them.
+	Op  *OpView
+	Ops []OpView
+	// Config is the configuration file, Check the validation of an edited
+	// copy, EditText the text in the editor.
+	Config   *Configuration
+	Check    *ConfigCheck
+	EditText string
+	// Backups are the installation's backups in its bucket; BackupsError
+	// says why they could not be listed.
+	Backups      *action.BackupListResult
+	BackupsError string
+	// Live is the fragment URL the page polls, every Interval
+	// milliseconds (default 5000).
+	Live     string
+	Interval int
+	Now      time.Time
 }
 
 // readTimeout bounds what a page waits for the cluster.

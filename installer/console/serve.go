@@ -91,7 +91,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		}
 		cfg = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	}
-	s, err := New(o.Source, Options{Token: token, Secure: cfg != nil, Logger: log})
+	s, err := New(o.Source, Options{Token: token, Secure: cfg != nil, Logger: log, Context: ctx})
 	if err != nil {
 		return err
 	}
@@ -120,8 +120,17 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("console: stopping: %w", err)
 	}
+	// An operation started from the console was interrupted with ctx: it
+	// records that in the installation's state before it returns.
+	if !s.ops.wait(opStopTimeout) {
+		return fmt.Errorf("console: an operation did not stop within %s of the interrupt; run its command again to resume it (see 'onprem status')", opStopTimeout)
+	}
 	return nil
 }
+
+// opStopTimeout is how long a stopping console waits for an interrupted
+// operation to record its end.
+const opStopTimeout = 2 * time.Minute
 
 // loginURL is the URL to open: the address listened on (the port the
 // system chose for port 0), under the host asked for.

@@ -1,6 +1,8 @@
-// The console's only script: every few seconds it reads the page's live
-// part again (main's data-live URL) and puts it in place; when the console
-// cannot be reached it says so and keeps trying.
+// The console's only script: every few seconds (main's data-interval, in
+// milliseconds) it reads the page's live part again (main's data-live URL)
+// and puts it in place, until that part says it is final (an operation
+// that ended); when the console cannot be reached it says so and keeps
+// trying.
 (function () {
   "use strict";
   var main = document.getElementById("main");
@@ -10,6 +12,13 @@
     return;
   }
   var url = main.dataset.live;
+  var every = parseInt(main.dataset.interval, 10) || 5000;
+  function final() {
+    return live.querySelector("[data-final]") !== null;
+  }
+  if (final()) {
+    return;
+  }
   function refresh() {
     fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) {
@@ -28,13 +37,18 @@
         }
         lost.hidden = true;
         live.innerHTML = html;
+        if (final()) {
+          every = 0;
+        }
       })
       .catch(function () {
         lost.hidden = false;
       })
       .finally(function () {
-        window.setTimeout(refresh, 5000);
+        if (every > 0) {
+          window.setTimeout(refresh, every);
+        }
       });
   }
-  window.setTimeout(refresh, 5000);
+  window.setTimeout(refresh, every);
 })();
