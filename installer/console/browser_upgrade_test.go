@@ -180,12 +180,15 @@ func TestConsoleUpgradeInABrowser(t *testing.T) {
 	}
 	// apply confirms what the page shows and applies it, then follows the
 	// progress until the operation ends (the page updates by itself).
-	apply := func() string {
+	apply := func(during ...func()) string {
 		t.Helper()
 		js(`document.getElementById("confirm").checked = true; ""`)
 		submit("apply", `#outcome, p.banner`)
 		if path := js(`document.location.pathname`); !strings.HasPrefix(path, "/operations/") {
 			t.Fatalf("applying did not start an operation (%s):\n%s", path, textOf("main"))
+		}
+		for _, f := range during {
+			f()
 		}
 		var seen []string
 		deadline := time.Now().Add(5 * time.Minute)
@@ -234,7 +237,18 @@ func TestConsoleUpgradeInABrowser(t *testing.T) {
 	if !strings.Contains(text, "2.6.3 → 2.7.0 → 2.8.0") {
 		t.Errorf("the plan to 2.8.0 is not two steps:\n%s", text)
 	}
-	text = apply()
+	// While it runs, a second tab's overview shows who holds the lock.
+	text = apply(func() {
+		tab, closeTab := chromedp.NewContext(bctx)
+		defer closeTab()
+		if err := chromedp.Do(tab, chromedp.Navigate(base.String()+"/")); err != nil {
+			t.Fatalf("a second tab: %v", err)
+		}
+		lock := run(t, tab, chromedp.Evaluate[string](`document.getElementById("lock").innerText`))
+		if !strings.Contains(lock, "held by") || !strings.Contains(lock, " upgrade)") {
+			t.Errorf("a second tab's overview during the upgrade: lock %q", lock)
+		}
+	})
 	shot("upgrade.png")
 	for _, want := range []string{"succeeded", "step 1/2: 2.6.3 → 2.7.0", "step 2/2: 2.7.0 → 2.8.0", "is at 2.8.0"} {
 		if !strings.Contains(text, want) {

@@ -31,6 +31,7 @@ type fakeOps struct {
 	fail     bool
 	upgrades []string
 	applied  []string
+	ended    int // upgrades that returned
 }
 
 func (f *fakeSource) ops() *fakeOps {
@@ -64,6 +65,12 @@ func (f *fakeSource) Upgrade(ctx context.Context, to string, p Progress) error {
 	o.upgrades = append(o.upgrades, to)
 	fail := o.fail
 	o.mu.Unlock()
+	defer func() {
+		time.Sleep(100 * time.Millisecond) // an interrupted upgrade records its end
+		o.mu.Lock()
+		o.ended++
+		o.mu.Unlock()
+	}()
 	p.Line("step 1/1: 2.6.3 → " + to)
 	p.Component(apply.Event{Component: "pipelines-api", Phase: apply.PhaseApplying})
 	select {
@@ -296,5 +303,53 @@ func TestSupportAndBackups(t *testing.T) {
 	code, body, h := post(t, c, srv.URL+"/support", url.Values{"csrf": {csrf}})
 	if code != http.StatusOK || body != "bundle bytes" || h.Get("Content-Disposition") != `attachment; filename="onprem-support-20261125-120000.tar.gz"` || h.Get("Content-Type") != "application/gzip" {
 		t.Errorf("the download: %d %v %q", code, h, body)
+	}
+}
+
+// Stopping the console (Ctrl-C) interrupts a running operation and waits
+// for it to end before Serve returns: the library records the
+// interruption in the state, nothing is left half-told.
+func TestServeWaitsForAnInterruptedOperation(t *testing.T) {
+	src := healthy()
+	ctx, stop := context.WithCancel(context.Background())
+	urls := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(ctx, ServeOptions{Source: src, Listen: "127.0.0.1:0", Ready: func(u string) { urls <- u }})
+	}()
+	var loginURL string
+	select {
+	case loginURL = <-urls:
+	case err := <-served:
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(loginURL)
+	base := "http://" + u.Host
+	_, c := start(t, src) // for its client and cookie jar
+	_, body, _ := get(t, c, loginURL)
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatal("no CSRF token")
+	}
+	csrf := m[1]
+	if code, _, _ := post(t, c, base+"/upgrade", url.Values{"csrf": {csrf}, "to": {"2.8.0"}, "confirm": {"yes"}}); code != http.StatusOK {
+		t.Fatalf("apply: %d", code)
+	}
+	stop()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the interrupt")
+	}
+	// The fake upgrade saw its context end, and Serve returned only after
+	// it had returned.
+	o := src.ops()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.upgrades) != 1 || o.ended != 1 {
+		t.Errorf("upgrades %v, %d ended when Serve returned", o.upgrades, o.ended)
 	}
 }
