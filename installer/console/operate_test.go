@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -351,5 +352,50 @@ func TestServeWaitsForAnInterruptedOperation(t *testing.T) {
 	defer o.mu.Unlock()
 	if len(o.upgrades) != 1 || o.ended != 1 {
 		t.Errorf("upgrades %v, %d ended when Serve returned", o.upgrades, o.ended)
+	}
+}
+
+// The configuration through the library: a file with a secret-shaped value
+// is shown redacted and marked so; the console then refuses to apply an
+// edit (the redacted text would replace the real one).
+func TestConfigurationRedacted(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "onprem.yaml")
+	body := "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
+		"  components:\n    pipelines-api:\n      values:\n        env: {API_TOKEN: s3cr3t-v4lue-here}\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := Actions{Target: action.Target{ConfigPath: path}}
+	c, err := a.Configuration(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Redacted || strings.Contains(c.Text, "s3cr3t") || strings.Contains(c.Effective, "s3cr3t") || !strings.Contains(c.Effective, "domain: ci.example.com") {
+		t.Errorf("redacted %v\ntext:\n%s\neffective:\n%s", c.Redacted, c.Text, c.Effective)
+	}
+	check, err := a.CheckConfiguration(context.Background(), []byte("spec:\n  version: 2.8.0\n  domian: x\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []int
+	for _, p := range check.Problems {
+		lines = append(lines, p.Line)
+	}
+	if check.Valid() || !slices.Contains(lines, 3) {
+		t.Errorf("problems %+v (invalid %q)", check.Problems, check.Invalid)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the check left files beside the configuration: %v", entries)
+	}
+	edited := body + "  profile: medium\n"
+	srv, cl := start(t, a)
+	csrf := login(t, cl, srv.URL)
+	code, page, _ := post(t, cl, srv.URL+"/config/apply", url.Values{"csrf": {csrf}, "text": {edited}, "digest": {Digest([]byte(edited))}, "confirm": {"yes"}})
+	if code != http.StatusConflict || !strings.Contains(page, "shaped like secrets") {
+		t.Errorf("apply over a file with secrets: %d\n%s", code, page)
+	}
+	if after, _ := os.ReadFile(path); string(after) != body {
+		t.Error("the file was changed")
 	}
 }
