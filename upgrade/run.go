@@ -310,6 +310,9 @@ func runStep(ctx context.Context, o RunOptions, sp *StepPlan) (StepResult, error
 		}
 		delete(o.State.Components, c.Name)
 		rec.Removed = append(rec.Removed, c.Name)
+		if o.Reporter != nil {
+			o.Reporter.Report(apply.Event{Component: c.Name, Phase: apply.PhaseRemoved})
+		}
 	}
 	return finish(nil)
 }

@@ -23,6 +23,9 @@ const (
 	// PhaseRolledBack: an upgrade step failed and the component went back
 	// to its revision from before the step (Revision).
 	PhaseRolledBack Phase = "rolled back"
+	// PhaseRemoved: an upgrade step removed the component, which its
+	// release dropped (its Helm history is kept).
+	PhaseRemoved Phase = "removed"
 )
 
 // Event is one step of one component.
@@ -95,6 +98,8 @@ func describe(e Event) string {
 		return fmt.Sprintf("skipped: %v", e.Err)
 	case PhaseRolledBack:
 		return fmt.Sprintf("rolled back to revision %d", e.Revision)
+	case PhaseRemoved:
+		return "removed (the new release dropped it; its Helm history is kept)"
 	}
 	return string(e.Phase)
 }

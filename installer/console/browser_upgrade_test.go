@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -254,6 +255,9 @@ func TestConsoleUpgradeInABrowser(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("the upgrade's page lacks %q:\n%s", want, text)
 		}
+	}
+	if !regexp.MustCompile(`gitops-manager\s+removed`).MatchString(text) {
+		t.Errorf("the upgrade's page does not show gitops-manager (dropped by 2.8.0) removed:\n%s", text)
 	}
 	if st := status(t, target); st.Version != "2.8.0" {
 		t.Errorf("after the upgrade the platform is at %s", st.Version)
