@@ -89,12 +89,23 @@ func waitPod(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, nam
 	}
 }
 
+// podLogs returns a pod's log. It reads again for up to 10 s while the
+// log is empty: CI once read an empty log of a client pod that had
+// Succeeded, which its program does only after printing the body (and it
+// prints a line to stderr for each retry), so the read raced the
+// container's log file, not the program.
 func podLogs(ctx context.Context, cs kubernetes.Interface, ns, name string) string {
-	b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		return "(logs: " + err.Error() + ")"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return "(logs: " + err.Error() + ")"
+		}
+		if len(b) > 0 || time.Now().After(deadline) {
+			return string(b)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	return string(b)
 }
 
 // TestKindCluster starts a real cluster and proves what e2e tests rely on:
