@@ -25,21 +25,6 @@ import (
 	"onprem.dev/onprem/preflight"
 )
 
-// artifacts is where the browser test keeps its screenshots:
-// $ONPREM_CACHE/artifacts/console (default /var/cache/onprem).
-func artifacts(t *testing.T) string {
-	t.Helper()
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
-	}
-	dir := filepath.Join(root, "artifacts", "console")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // A real browser (Debian's Chromium, headless) against the console of a
 // platform installed on a real API server: the login URL opens the
 // overview with every component Ready, a component's page shows its pods
@@ -63,28 +48,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sctx, stop := context.WithCancel(ctx)
-	urls := make(chan string, 1)
-	served := make(chan error, 1)
-	go func() {
-		served <- console.Serve(sctx, console.ServeOptions{Source: console.Actions{Target: target}, Listen: "127.0.0.1:0", Ready: func(u string) { urls <- u }})
-	}()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("console: %v", err)
-		}
-	})
-	var login string
-	select {
-	case login = <-urls:
-	case err := <-served:
-		t.Fatalf("console: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the console did not start")
-	}
-	base, _ := url.Parse(login)
-	base.Path, base.RawQuery = "", ""
+	login, base := serve(t, console.Actions{Target: target})
 
 	// Without the session: the login page, 401; a POST without the CSRF
 	// token: refused before anything.
@@ -105,14 +69,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("POST without a session or CSRF token: %d", resp.StatusCode)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 1000), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 3*time.Minute)
-	defer cancelTimeout()
+	bctx := browser(t, chrome, 3*time.Minute)
 
 	dir := artifacts(t)
 	if err := chromedp.Do(bctx, chromedp.Navigate(login), chromedp.WaitVisible(`#components`)); err != nil {
@@ -225,15 +182,4 @@ func TestConsoleInABrowser(t *testing.T) {
 	if !strings.Contains(preText, "pass") {
 		t.Errorf("no check passed on the preflight page:\n%s", preText)
 	}
-}
-
-// run runs one browser action that returns a value, failing the test on
-// an error.
-func run[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
-	t.Helper()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
 }

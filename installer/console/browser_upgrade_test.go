@@ -5,7 +5,6 @@ package console_test
 import (
 	"context"
 	"encoding/json"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -77,38 +76,9 @@ func TestConsoleUpgradeInABrowser(t *testing.T) {
 	write(upgradeConfig("2.6.3", neverReady(t)))
 	target := action.Target{Cluster: cl, ConfigPath: cfg}
 
-	sctx, stop := context.WithCancel(ctx)
-	urls := make(chan string, 1)
-	served := make(chan error, 1)
-	go func() {
-		served <- console.Serve(sctx, console.ServeOptions{Source: console.Actions{Target: target, Timeout: 20 * time.Second},
-			Listen: "127.0.0.1:0", Ready: func(u string) { urls <- u }})
-	}()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("console: %v", err)
-		}
-	})
-	var login string
-	select {
-	case login = <-urls:
-	case err := <-served:
-		t.Fatalf("console: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the console did not start")
-	}
-	base, _ := url.Parse(login)
-	base.Path, base.RawQuery = "", ""
+	login, base := serve(t, console.Actions{Target: target, Timeout: 20 * time.Second})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 1000), chromedp.UserDataDir(t.TempDir()))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 8*time.Minute)
-	defer cancelTimeout()
+	bctx := browser(t, chrome, 8*time.Minute)
 	dir := artifacts(t)
 	shot := func(name string) {
 		t.Helper()
