@@ -105,16 +105,12 @@ func (o *Operation) View() OpView {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	v := OpView{ID: o.ID, Kind: o.Kind, Title: o.Title, Started: o.started, Finished: o.finished, Outcome: o.outcome, Error: o.err,
-		Lines: slices.Clone(o.lines), Components: slices.Clone(o.components), Done: o.outcome != OpRunning,
-		ComponentsByPhase: map[apply.Phase]int{}}
+		Lines: slices.Clone(o.lines), Components: slices.Clone(o.components), Done: o.outcome != OpRunning}
 	end := o.finished
 	if end.IsZero() {
 		end = time.Now()
 	}
 	v.Elapsed = end.Sub(o.started).Round(time.Second)
-	for _, c := range o.components {
-		v.ComponentsByPhase[c.Phase]++
-	}
 	return v
 }
 
