@@ -210,7 +210,14 @@ func TestUpgradeFromTheConsole(t *testing.T) {
 	if code != http.StatusConflict || !strings.Contains(body, "Upgrade to 2.8.0 is running") {
 		t.Errorf("a second upgrade while one runs: %d\n%s", code, body)
 	}
-	_, body, _ = get(t, c, srv.URL+"/live/operations/1")
+	// The operation runs in its own goroutine: its first lines reach the
+	// page once that goroutine has run, so read until they are there.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, body, _ = get(t, c, srv.URL+"/live/operations/1")
+		if strings.Contains(body, "applying") || time.Now().After(deadline) {
+			break
+		}
+	}
 	if !strings.Contains(body, "running") || !strings.Contains(body, "applying") || strings.Contains(body, "data-final") {
 		t.Errorf("the running operation:\n%s", body)
 	}
