@@ -1293,6 +1293,7 @@ func infraCheckCredentialsVolume(t *testing.T, pod corev1.PodSpec, db string, se
 		t.Errorf("%s credentials: defaultMode %v, want 0440", db, vol.Projected.DefaultMode)
 	}
 	var got []string
+	owner := map[string]bool{}
 	for _, s := range vol.Projected.Sources {
 		if s.Secret == nil {
 			t.Fatalf("%s credentials: a source that is no Secret", db)
@@ -1301,11 +1302,20 @@ func infraCheckCredentialsVolume(t *testing.T, pod corev1.PodSpec, db string, se
 		if s.Secret.Name != "onprem-"+svc+"-"+db {
 			t.Errorf("Secret %q is not onprem-<service>-%s", s.Secret.Name, db)
 		}
-		got = append(got, svc)
 		var items []string
 		for _, it := range s.Secret.Items {
 			items = append(items, it.Key+"="+it.Path)
 		}
+		// PostgreSQL's owner role, which a rotation names (optional: the
+		// Secret lacks it until then), follows each service's Secret.
+		if db == "postgresql" && len(got) > 0 && got[len(got)-1] == svc && !owner[svc] {
+			owner[svc] = true
+			if !reflect.DeepEqual(items, []string{"owner=" + svc + "/owner"}) || s.Secret.Optional == nil || !*s.Secret.Optional {
+				t.Errorf("Secret %s: the owner's source has items %v (optional %v), want only owner, optional", s.Secret.Name, items, s.Secret.Optional)
+			}
+			continue
+		}
+		got = append(got, svc)
 		want := []string{"username=" + svc + "/username", "password=" + svc + "/password", "database=" + svc + "/database"}
 		if !reflect.DeepEqual(items, want) {
 			t.Errorf("Secret %s: items %v, want %v", s.Secret.Name, items, want)
@@ -1316,6 +1326,9 @@ func infraCheckCredentialsVolume(t *testing.T, pod corev1.PodSpec, db string, se
 	}
 	if !reflect.DeepEqual(got, services) {
 		t.Errorf("%s credentials for %v, want %v", db, got, services)
+	}
+	if db == "postgresql" && len(owner) != len(services) {
+		t.Errorf("postgresql credentials: the owner's source for %v, want one for each of %v", owner, services)
 	}
 }
 

@@ -2,7 +2,8 @@
 # Gives every service named in postgresql-services its own PostgreSQL role
 # (LOGIN, with its password) and its own database, owned by that role. The
 # role, password and database come from the service's Secret
-# onprem-<service>-postgresql (keys username, password, database), mounted
+# onprem-<service>-postgresql (keys username, password, database, and owner
+# once a rotation has made the login another role than the owner), mounted
 # at /var/run/onprem/postgresql/<service>/; postgresql-provision.sql does
 # the work for one service.
 #
@@ -61,15 +62,20 @@ while IFS= read -r service || [ -n "$service" ]; do
 	load ONPREM_USERNAME "$secrets/$service/username"
 	load ONPREM_PASSWORD "$secrets/$service/password"
 	load ONPREM_DATABASE "$secrets/$service/database"
+	ONPREM_OWNER=$ONPREM_USERNAME
+	if [ -f "$secrets/$service/owner" ]; then
+		load ONPREM_OWNER "$secrets/$service/owner"
+	fi
 	[ -n "$ONPREM_USERNAME" ] || fail "key username of the PostgreSQL Secret of $service is empty"
 	[ -n "$ONPREM_PASSWORD" ] || fail "key password of the PostgreSQL Secret of $service is empty"
 	[ -n "$ONPREM_DATABASE" ] || fail "key database of the PostgreSQL Secret of $service is empty"
-	export ONPREM_USERNAME ONPREM_PASSWORD ONPREM_DATABASE
+	[ -n "$ONPREM_OWNER" ] || fail "key owner of the PostgreSQL Secret of $service is empty"
+	export ONPREM_USERNAME ONPREM_PASSWORD ONPREM_DATABASE ONPREM_OWNER
 	psql --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --file="$sql" </dev/null ||
 		fail "could not provision $service"
 	log "role \"$ONPREM_USERNAME\" and database \"$ONPREM_DATABASE\" ready for $service"
 	count=$((count + 1))
 done <"$services_file"
-unset ONPREM_USERNAME ONPREM_PASSWORD ONPREM_DATABASE
+unset ONPREM_USERNAME ONPREM_PASSWORD ONPREM_DATABASE ONPREM_OWNER
 
 log "done: $count service(s)"

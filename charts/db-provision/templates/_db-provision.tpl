@@ -116,6 +116,16 @@ Argument: dict with db and services (names).
               path: {{ . }}/password
             - key: database
               path: {{ . }}/database
+      {{- if eq $.db "postgresql" }}
+      # The owner, when a rotation made the login another role: absent
+      # until then, hence optional.
+      - secret:
+          name: {{ printf "onprem-%s-%s" . $.db | quote }}
+          optional: true
+          items:
+            - key: owner
+              path: {{ . }}/owner
+      {{- end }}
       {{- end }}
 {{- end -}}
 
