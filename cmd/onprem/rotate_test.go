@@ -21,6 +21,10 @@ func TestRotateCommands(t *testing.T) {
 		{[]string{"rotate", "certificates", "--ca", "--retire-ca"}, exitInput, "two steps"},
 		{[]string{"rotate", "certificates", "--kubeconfig", kc}, exitCluster, kc},
 		{[]string{"rotate", "certificates", "extra"}, exitInput, "extra"},
+		{[]string{"rotate", "credentials"}, exitInput, "--database postgresql, --component NAME, or --all"},
+		{[]string{"rotate", "credentials", "--all", "--component", "audit-manager"}, exitInput, "--all rotates every login"},
+		{[]string{"rotate", "credentials", "--all", "-o", "xml"}, exitInput, "xml"},
+		{[]string{"rotate", "credentials", "--all", "--kubeconfig", kc}, exitCluster, kc},
 	} {
 		code, stdout, stderr := cli(t, dir, c.args...)
 		if code != c.code || stdout != "" || !strings.Contains(stderr, c.want) {
@@ -31,6 +35,12 @@ func TestRotateCommands(t *testing.T) {
 	for _, want := range []string{"--ca", "--retire-ca", "--dry-run", "overlap", "Exit code"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("rotate certificates --help lacks %q", want)
+		}
+	}
+	code, stdout, _ = cli(t, dir, "rotate", "credentials", "--help")
+	for _, want := range []string{"--database", "--component", "--all", "--dry-run", "revoked", "run the\nsame command again", "external", "Exit code"} {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Errorf("rotate credentials --help lacks %q", want)
 		}
 	}
 }

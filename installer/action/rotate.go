@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/rotate"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
@@ -163,4 +165,112 @@ func caNext(st *state.State, res *rotate.CertificatesResult) []string {
 		out = append(out, "once every client has it: onprem rotate certificates --retire-ca")
 	}
 	return out
+}
+
+// RotateCredentials gives services' own database logins new passwords
+// (rotate.Credentials): each service switches to the other of its two
+// logins, its workloads roll onto it, and the old login is revoked. It
+// takes the installation's lock and records the rotation (logins, never
+// passwords) in the history; a dry run does neither and writes nothing.
+// Engines run outside the cluster (external mode) are the operator's:
+// refused, nothing changed.
+type RotateCredentials struct {
+	Target
+	// Engine is the database engine (rotate.PostgreSQL).
+	Engine string
+	// Components limits the rotation to these services (all when empty).
+	Components []string
+	DryRun     bool
+	// Timeout bounds each workload's rollout (5 min when zero).
+	Timeout   time.Duration
+	LockWait  time.Duration
+	LockLease time.Duration
+	// Exec runs the database client (default: in the engine's pod,
+	// through the API server).
+	Exec podexec.Executor
+	// Progress, when set, is told each step.
+	Progress func(string)
+}
+
+// Run rotates.
+func (r *RotateCredentials) Run(ctx context.Context) (*rotate.CredentialsResult, error) {
+	ns, err := r.Target.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kube.Connect(ctx, r.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	ex := r.Exec
+	if ex == nil {
+		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
+	}
+	opts := rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: r.Engine, Services: r.Components, DryRun: r.DryRun,
+		RolloutTimeout: r.Timeout, Progress: r.Progress, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex}}
+	check := func(st *state.State) error {
+		if st.Version == "" {
+			return inputErr(&NotInstalledError{Namespace: ns})
+		}
+		if _, ok := st.Components[r.Engine]; !ok && (r.Engine == rotate.PostgreSQL || r.Engine == rotate.MongoDB) {
+			return inputErr(fmt.Errorf("%s is not run by onprem in namespace %s (external mode, or not used): "+
+				"onprem does not own its credentials, so it rotates none of them; rotate them where the database is managed, "+
+				"then update the services' Secrets", r.Engine, ns))
+		}
+		return nil
+	}
+	if r.DryRun {
+		st, err := state.NewStore(cl.Client, ns).Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := check(st); err != nil {
+			return nil, err
+		}
+		res, err := rotate.Credentials(ctx, opts)
+		return res, rotateErr(err)
+	}
+
+	ctx, h, err := lockAndLoad(ctx, cl, ns, "rotate credentials", r.LockWait, r.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	if err := check(h.st); err != nil {
+		return nil, err
+	}
+	probe := opts
+	probe.DryRun = true
+	plan, err := rotate.Credentials(ctx, probe)
+	if err != nil {
+		return nil, rotateErr(err)
+	}
+	if err := h.store.Begin(ctx, h.st, state.Operation{Kind: state.KindRotate, Version: h.st.Version, Installer: version.Version,
+		Message: "rotating credentials: " + r.Engine + " logins of " + loginServices(plan)}); err != nil {
+		return nil, err
+	}
+	res, err := rotate.Credentials(ctx, opts)
+	if err != nil {
+		if ferr := h.store.Finish(context.WithoutCancel(ctx), h.st, state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return nil, rotateErr(err)
+	}
+	var switched []string
+	for _, l := range res.Logins {
+		switched = append(switched, l.Service+" "+l.From+" → "+l.To)
+	}
+	msg := "credentials (" + r.Engine + "): " + strings.Join(switched, ", ")
+	if err := h.store.Finish(ctx, h.st, state.OutcomeSucceeded, msg); err != nil {
+		return nil, fmt.Errorf("credentials rotated, but recording it failed: %w", err)
+	}
+	return res, nil
+}
+
+func loginServices(res *rotate.CredentialsResult) string {
+	var out []string
+	for _, l := range res.Logins {
+		out = append(out, l.Service)
+	}
+	return strings.Join(out, ", ")
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -88,7 +89,7 @@ func List(ctx context.Context, c kubernetes.Interface, namespace string, now tim
 			Since: s.CreationTimestamp.UTC()}
 		if generated {
 			it.Owner = OwnerOnprem
-			it.Rotate = rotateCommand(it.Kind)
+			it.Rotate = rotateCommand(it.Kind, s.Name)
 		}
 		if t, err := time.Parse(time.RFC3339, s.Annotations[AnnotationRotatedAt]); err == nil {
 			it.Since = t.UTC()
@@ -120,11 +121,15 @@ func kindOf(s *corev1.Secret) string {
 	}
 }
 
-// rotateCommand is the command that rotates a kind, "" for the kinds this
-// onprem does not rotate yet.
-func rotateCommand(kind string) string {
-	if kind == KindCertificate {
+// rotateCommand is the command that rotates a Secret of a kind, "" for
+// what this onprem does not rotate yet.
+func rotateCommand(kind, name string) string {
+	switch {
+	case kind == KindCertificate:
 		return "onprem rotate certificates"
+	case kind == KindCredential && strings.HasPrefix(name, "onprem-") && strings.HasSuffix(name, "-"+PostgreSQL) && name != credentials.PostgreSQLAdmin:
+		svc := strings.TrimSuffix(strings.TrimPrefix(name, "onprem-"), "-"+PostgreSQL)
+		return "onprem rotate credentials --component " + svc
 	}
 	return ""
 }

@@ -1,0 +1,360 @@
+package rotate
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/installer/credentials"
+	"onprem.dev/onprem/installer/secrets"
+)
+
+// Keys and annotations of a service's database Secret that a credential
+// rotation adds.
+const (
+	// KeyOwner names the role that owns the service's database once the
+	// login alternates (see Credentials); absent, the login is the owner.
+	KeyOwner = "owner"
+	// keyNextUsername and keyNextPassword hold the login a rotation is
+	// about to switch to, written before the database learns it: a run
+	// killed after that finds them and goes on with the same values.
+	keyNextUsername = "next-username"
+	keyNextPassword = "next-password"
+	// AnnotationRetire names the login a rotation switched away from and
+	// has yet to revoke, once the services have restarted.
+	AnnotationRetire = "onprem.dev/rotation-retire"
+	// AnnotationCredentials, on a workload's pod template, is a digest of
+	// the logins of the Secrets it reads: a rotation changes it, which
+	// rolls the workload's pods onto the new login.
+	AnnotationCredentials = "onprem.dev/credentials"
+)
+
+// secondLoginSuffix ends the name of a service's second login: the login
+// alternates between the owner and owner+suffix at each rotation.
+const secondLoginSuffix = "_2"
+
+// Engines whose service logins Credentials rotates.
+const (
+	PostgreSQL = "postgresql"
+	MongoDB    = "mongodb"
+)
+
+// Login is a service's login on its database engine.
+type Login struct {
+	Username string
+	Password []byte
+	Database string
+	// Owner is the role that owns Database (PostgreSQL): Username itself
+	// or a role Username acts as.
+	Owner string
+}
+
+// Logins changes logins on a database engine; PodLogins does it in the
+// engine's pod.
+type Logins interface {
+	// Grant makes l a login of its database with l's password and the
+	// rights the service's provisioning gives: what the db-provision Job
+	// does for the Secret's values, idempotent.
+	Grant(ctx context.Context, engine string, l Login) error
+	// Revoke makes username unable to log in, and ends its sessions. A
+	// login that does not exist is revoked already.
+	Revoke(ctx context.Context, engine, username string) error
+}
+
+// CredentialsOptions say whose database logins to rotate.
+type CredentialsOptions struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Logins    Logins
+	// Engine is the database engine of the logins (PostgreSQL).
+	Engine string
+	// Services limits the rotation to these services; empty: every
+	// service with a login of its own on Engine.
+	Services []string
+	// DryRun says what would change and writes nothing.
+	DryRun bool
+	// Now stamps the rotation (time.Now when zero).
+	Now time.Time
+	// RolloutTimeout bounds the wait for the restarted workloads (5 min
+	// when zero).
+	RolloutTimeout time.Duration
+	// Progress, when set, is told each step.
+	Progress func(string)
+	// Password makes a new password (32 random characters when nil).
+	Password func() ([]byte, error)
+}
+
+// CredentialsResult is what a credential rotation did (or, in a dry run,
+// would do). It names logins and Secrets, never a password.
+type CredentialsResult struct {
+	Engine string        `json:"engine"`
+	DryRun bool          `json:"dryRun,omitempty"`
+	Logins []LoginChange `json:"logins"`
+	// Restarted lists the workloads rolled onto the new logins
+	// ("Deployment/name").
+	Restarted []string `json:"restarted,omitempty"`
+}
+
+// LoginChange is one service's login switched.
+type LoginChange struct {
+	Service string `json:"service"`
+	Secret  string `json:"secret"`
+	// From is the login revoked, To the one the service uses now.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Resumed is the step a killed run had reached, which this run
+	// finished: "granting" (the new login was written to the Secret) or
+	// "revoking" (the services were switched to it).
+	Resumed string `json:"resumed,omitempty"`
+}
+
+// serviceLogin is one service's Secret as a rotation sees it.
+type serviceLogin struct {
+	service string
+	secret  *corev1.Secret
+}
+
+func (s serviceLogin) owner() string {
+	if o := string(s.secret.Data[KeyOwner]); o != "" {
+		return o
+	}
+	return string(s.secret.Data["username"])
+}
+
+// next is the login the rotation switches to: the other of the owner and
+// the second login.
+func (s serviceLogin) next() string {
+	if u := string(s.secret.Data[keyNextUsername]); u != "" {
+		return u
+	}
+	if string(s.secret.Data["username"]) == s.owner() {
+		return s.owner() + secondLoginSuffix
+	}
+	return s.owner()
+}
+
+// Credentials gives services' own database logins new passwords, in an
+// order that keeps every service connected:
+//
+//  1. for each service, the other of its two logins (the owner and a
+//     second role acting as the owner) and a new password are written to
+//     its Secret beside the current ones, then set in the database;
+//  2. the Secret switches to the new login (one write), recording the old
+//     one to revoke;
+//  3. every workload reading those Secrets is rolled onto them (a pod
+//     template annotation), and the rollouts are awaited: old pods keep
+//     working with the old login meanwhile;
+//  4. the old logins are revoked (refused from then on), and the Secrets
+//     forget them.
+//
+// A run killed at any point is finished by the next one, which finds the
+// step in the Secret. Values never leave this function: errors and the
+// result name Secrets and logins.
+func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult, error) {
+	switch o.Engine {
+	case PostgreSQL:
+	case MongoDB:
+		return nil, refused("onprem does not rotate services' MongoDB logins yet (PostgreSQL's only): " +
+			"change a MongoDB password with mongosh's db.changeUserPassword, then the Secret, then restart its service")
+	default:
+		return nil, refused("database engine %q: onprem rotates services' logins on %s", o.Engine, PostgreSQL)
+	}
+	if o.Logins == nil {
+		return nil, errors.New("rotating credentials: no way to reach the database (Logins)")
+	}
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	timeout := o.RolloutTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	say := func(format string, args ...any) {
+		if o.Progress != nil {
+			o.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	newPassword := o.Password
+	if newPassword == nil {
+		newPassword = func() ([]byte, error) {
+			data, err := secrets.Generate(credentials.Secret{Name: "rotation", Keys: []credentials.Key{{Name: "p", Kind: credentials.Password}}}, secrets.GenerateOptions{})
+			return data["p"], err
+		}
+	}
+
+	logins, err := serviceLogins(ctx, o.Client, o.Namespace, o.Engine, o.Services)
+	if err != nil {
+		return nil, err
+	}
+	res := &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun}
+	for _, l := range logins {
+		ch := LoginChange{Service: l.service, Secret: l.secret.Name, From: string(l.secret.Data["username"]), To: l.next()}
+		switch {
+		case l.secret.Annotations[AnnotationRetire] != "":
+			ch.Resumed, ch.From, ch.To = "revoking", l.secret.Annotations[AnnotationRetire], string(l.secret.Data["username"])
+		case len(l.secret.Data[keyNextUsername]) > 0:
+			ch.Resumed = "granting"
+		}
+		res.Logins = append(res.Logins, ch)
+	}
+	if o.DryRun {
+		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, secretNames(logins))
+		return res, err
+	}
+
+	api := o.Client.CoreV1().Secrets(o.Namespace)
+	for i := range logins {
+		l := &logins[i]
+		if l.secret.Annotations[AnnotationRetire] != "" {
+			continue // switched already; the services restart below
+		}
+		ref := o.Namespace + "/" + l.secret.Name
+		if len(l.secret.Data[keyNextUsername]) == 0 {
+			pw, err := newPassword()
+			if err != nil {
+				return nil, fmt.Errorf("a new password for %s: %w", ref, err)
+			}
+			s := l.secret.DeepCopy()
+			s.Data[KeyOwner] = []byte(l.owner())
+			s.Data[keyNextUsername] = []byte(l.next())
+			s.Data[keyNextPassword] = pw
+			if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				return nil, fmt.Errorf("writing the next login of %s: %w", ref, err)
+			}
+		}
+		next := Login{Username: string(l.secret.Data[keyNextUsername]), Password: l.secret.Data[keyNextPassword],
+			Database: string(l.secret.Data["database"]), Owner: l.owner()}
+		say("%s: granting login %s on %s", l.service, next.Username, o.Engine)
+		if err := o.Logins.Grant(ctx, o.Engine, next); err != nil {
+			return nil, fmt.Errorf("granting the new login of %s (the service still uses its old one; run the rotation again): %w",
+				l.service, redactErr(err, next.Password))
+		}
+		s := l.secret.DeepCopy()
+		old := string(s.Data["username"])
+		s.Data["username"], s.Data["password"] = s.Data[keyNextUsername], s.Data[keyNextPassword]
+		delete(s.Data, keyNextUsername)
+		delete(s.Data, keyNextPassword)
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[AnnotationRetire] = old
+		s.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
+		if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("switching %s to its new login: %w", ref, err)
+		}
+		say("%s: Secret %s now holds login %s", l.service, l.secret.Name, next.Username)
+	}
+
+	restarted, err := restart(ctx, o.Client, o.Namespace, secretNames(logins), timeout, say)
+	res.Restarted = restarted
+	if err != nil {
+		return nil, fmt.Errorf("restarting the services onto their new logins (the old logins still work; run the rotation again): %w", err)
+	}
+
+	for i := range logins {
+		l := &logins[i]
+		old := l.secret.Annotations[AnnotationRetire]
+		if old != "" && old != string(l.secret.Data["username"]) {
+			say("%s: revoking login %s", l.service, old)
+			if err := o.Logins.Revoke(ctx, o.Engine, old); err != nil {
+				return nil, fmt.Errorf("revoking the old login %s of %s (the service uses its new one; run the rotation again): %w", old, l.service, err)
+			}
+		}
+		s := l.secret.DeepCopy()
+		delete(s.Annotations, AnnotationRetire)
+		if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+			return nil, fmt.Errorf("recording the revocation in %s/%s: %w", o.Namespace, l.secret.Name, err)
+		}
+	}
+	return res, nil
+}
+
+// serviceLogins reads the services' Secrets of engine that onprem
+// generated (onprem-<service>-<engine>, with a username, password and
+// database), limited to services when given.
+func serviceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string, services []string) ([]serviceLogin, error) {
+	l, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: secrets.LabelGenerated + "=true"})
+	if err != nil {
+		return nil, fmt.Errorf("listing the Secrets of %s: %w", ns, err)
+	}
+	var all []serviceLogin
+	for i := range l.Items {
+		s := &l.Items[i]
+		svc, ok := strings.CutPrefix(s.Name, "onprem-")
+		if !ok {
+			continue
+		}
+		if svc, ok = strings.CutSuffix(svc, "-"+engine); !ok || svc == "" || s.Name != credentials.ServiceSecret(svc, engine) {
+			continue
+		}
+		if len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 || len(s.Data["database"]) == 0 {
+			continue
+		}
+		all = append(all, serviceLogin{service: svc, secret: s})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].service < all[j].service })
+	if len(all) == 0 {
+		return nil, refused("no service has a %s login of its own in namespace %s (is the platform installed there, with %s run by onprem?)", engine, ns, engine)
+	}
+	if len(services) == 0 {
+		return all, nil
+	}
+	var out []serviceLogin
+	var names []string
+	for _, s := range all {
+		names = append(names, s.service)
+	}
+	for _, want := range services {
+		i := slices.IndexFunc(all, func(s serviceLogin) bool { return s.service == want })
+		if i < 0 {
+			return nil, refused("component %q has no %s login of its own; these do: %s", want, engine, strings.Join(names, ", "))
+		}
+		if !slices.ContainsFunc(out, func(s serviceLogin) bool { return s.service == want }) {
+			out = append(out, all[i])
+		}
+	}
+	return out, nil
+}
+
+func secretNames(logins []serviceLogin) []string {
+	var out []string
+	for _, l := range logins {
+		out = append(out, l.secret.Name)
+	}
+	return out
+}
+
+// redactErr replaces a password in an error's text.
+func redactErr(err error, password []byte) error {
+	if err == nil || len(password) == 0 || !strings.Contains(err.Error(), string(password)) {
+		return err
+	}
+	return errors.New(secrets.Redact(err.Error(), password))
+}
+
+// loginsDigest is the digest of the logins (Secret and username) of the
+// Secrets among names that a workload reads: the same logins give the
+// same digest, so a resumed rotation does not roll a workload twice.
+func loginsDigest(ctx context.Context, c kubernetes.Interface, ns string, names []string) (string, error) {
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		s, err := c.CoreV1().Secrets(ns).Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("reading secret %s/%s: %w", ns, n, err)
+		}
+		fmt.Fprintf(h, "%s=%s\n", n, s.Data["username"])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}

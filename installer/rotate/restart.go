@@ -1,0 +1,227 @@
+package rotate
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+)
+
+// fieldManager owns the annotation a rotation puts on pod templates, so
+// that the installer's own server-side apply leaves it alone.
+const fieldManager = "onprem-rotate"
+
+// workload is a Deployment or StatefulSet whose pods read some of the
+// rotated Secrets.
+type workload struct {
+	kind, name string
+	template   *corev1.PodTemplateSpec
+	secrets    []string
+}
+
+func (w workload) String() string { return w.kind + "/" + w.name }
+
+// consumers lists the workloads ("Deployment/name") whose pods read any
+// of the Secrets names.
+func consumers(ctx context.Context, c kubernetes.Interface, ns string, names []string) ([]string, error) {
+	ws, err := workloads(ctx, c, ns, names)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, w := range ws {
+		out = append(out, w.String())
+	}
+	return out, nil
+}
+
+func workloads(ctx context.Context, c kubernetes.Interface, ns string, names []string) ([]workload, error) {
+	var out []workload
+	deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the Deployments of %s: %w", ns, err)
+	}
+	for i := range deps.Items {
+		d := &deps.Items[i]
+		if used := secretsRead(&d.Spec.Template.Spec, names); len(used) > 0 {
+			out = append(out, workload{kind: "Deployment", name: d.Name, template: &d.Spec.Template, secrets: used})
+		}
+	}
+	sets, err := c.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the StatefulSets of %s: %w", ns, err)
+	}
+	for i := range sets.Items {
+		s := &sets.Items[i]
+		if used := secretsRead(&s.Spec.Template.Spec, names); len(used) > 0 {
+			out = append(out, workload{kind: "StatefulSet", name: s.Name, template: &s.Spec.Template, secrets: used})
+		}
+	}
+	slices.SortFunc(out, func(a, b workload) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}
+
+// secretsRead lists which of names a pod reads: through its containers'
+// environment, or a volume.
+func secretsRead(p *corev1.PodSpec, names []string) []string {
+	read := map[string]bool{}
+	for _, cs := range [][]corev1.Container{p.InitContainers, p.Containers} {
+		for _, c := range cs {
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					read[e.ValueFrom.SecretKeyRef.Name] = true
+				}
+			}
+			for _, e := range c.EnvFrom {
+				if e.SecretRef != nil {
+					read[e.SecretRef.Name] = true
+				}
+			}
+		}
+	}
+	for _, v := range p.Volumes {
+		if v.Secret != nil {
+			read[v.Secret.SecretName] = true
+		}
+		if v.Projected != nil {
+			for _, s := range v.Projected.Sources {
+				if s.Secret != nil {
+					read[s.Secret.Name] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for _, n := range names {
+		if read[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// restart rolls every workload that reads any of the Secrets names onto
+// their current values, and waits until each has only new pods, ready.
+// A workload whose annotation has the Secrets' digest already is not
+// rolled again (a resumed rotation).
+func restart(ctx context.Context, c kubernetes.Interface, ns string, names []string, timeout time.Duration, say func(string, ...any)) ([]string, error) {
+	ws, err := workloads(ctx, c, ns, names)
+	if err != nil {
+		return nil, err
+	}
+	var done []string
+	for _, w := range ws {
+		digest, err := loginsDigest(ctx, c, ns, w.secrets)
+		if err != nil {
+			return done, err
+		}
+		if w.template.Annotations[AnnotationCredentials] != digest {
+			patch, _ := json.Marshal(map[string]any{
+				"apiVersion": "apps/v1", "kind": w.kind,
+				"metadata": map[string]any{"name": w.name, "namespace": ns},
+				"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+					"annotations": map[string]string{AnnotationCredentials: digest}}}},
+			})
+			opts := metav1.PatchOptions{FieldManager: fieldManager}
+			switch w.kind {
+			case "Deployment":
+				_, err = c.AppsV1().Deployments(ns).Patch(ctx, w.name, types.ApplyPatchType, patch, opts)
+			default:
+				_, err = c.AppsV1().StatefulSets(ns).Patch(ctx, w.name, types.ApplyPatchType, patch, opts)
+			}
+			if err != nil {
+				return done, fmt.Errorf("restarting %s: %w", w, err)
+			}
+			say("restarting %s onto its new login", w)
+		}
+		done = append(done, w.String())
+	}
+	for _, w := range ws {
+		if err := waitRolledOut(ctx, c, ns, w, timeout); err != nil {
+			return done, err
+		}
+		say("%s: every pod uses the new login", w)
+	}
+	return done, nil
+}
+
+// waitRolledOut waits until w's pods are all of its current template,
+// and ready.
+func waitRolledOut(ctx context.Context, c kubernetes.Interface, ns string, w workload, timeout time.Duration) error {
+	var why string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		switch w.kind {
+		case "Deployment":
+			var d *appsv1.Deployment
+			if d, err = c.AppsV1().Deployments(ns).Get(ctx, w.name, metav1.GetOptions{}); err == nil {
+				why = deploymentPending(d)
+			}
+		default:
+			var s *appsv1.StatefulSet
+			if s, err = c.AppsV1().StatefulSets(ns).Get(ctx, w.name, metav1.GetOptions{}); err == nil {
+				why = statefulSetPending(s)
+			}
+		}
+		if err != nil {
+			why = err.Error()
+			return false, nil
+		}
+		return why == "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s did not roll out within %s (%s): 'onprem status' and 'kubectl -n %s describe %s' show why",
+			w, timeout, why, ns, strings.ToLower(w.kind)+"/"+w.name)
+	}
+	return nil
+}
+
+func replicas(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}
+
+// deploymentPending says why a Deployment's rollout is not over ("" when
+// it is): kubectl rollout status's rules.
+func deploymentPending(d *appsv1.Deployment) string {
+	want := replicas(d.Spec.Replicas)
+	st := d.Status
+	switch {
+	case st.ObservedGeneration < d.Generation:
+		return "its controller has not seen the change yet"
+	case st.UpdatedReplicas < want:
+		return fmt.Sprintf("%d of %d pods updated", st.UpdatedReplicas, want)
+	case st.Replicas > st.UpdatedReplicas:
+		return fmt.Sprintf("%d old pods still running", st.Replicas-st.UpdatedReplicas)
+	case st.AvailableReplicas < st.UpdatedReplicas:
+		return fmt.Sprintf("%d of %d updated pods available", st.AvailableReplicas, st.UpdatedReplicas)
+	}
+	return ""
+}
+
+func statefulSetPending(s *appsv1.StatefulSet) string {
+	want := replicas(s.Spec.Replicas)
+	st := s.Status
+	switch {
+	case st.ObservedGeneration < s.Generation:
+		return "its controller has not seen the change yet"
+	case st.UpdatedReplicas < want:
+		return fmt.Sprintf("%d of %d pods updated", st.UpdatedReplicas, want)
+	case st.UpdateRevision != "" && st.CurrentRevision != st.UpdateRevision:
+		return "pods of the previous revision still running"
+	case st.ReadyReplicas < want:
+		return fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, want)
+	}
+	return ""
+}
