@@ -253,6 +253,7 @@ func TestPlatform(t *testing.T) {
 	// Certificates: renewed, a new CA, the old one retired, while records
 	// are read through the ingress controller.
 	e.rotateCertificates(ctx, readPaths)
+	e.rotateCredentials(ctx, readPaths, records)
 
 	e.step("the admin console serves the overview and a service's page of the real platform", func() { e.consoleOverview(mid) })
 

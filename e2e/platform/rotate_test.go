@@ -9,15 +9,22 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/dbdump"
+	"onprem.dev/onprem/installer/podexec"
+	"onprem.dev/onprem/installer/rotate"
 )
 
 // afterRotation is how long traffic goes on after each rotation (about 50
@@ -159,4 +166,115 @@ func (e *env) handshake(caPEM []byte) error {
 		return err
 	}
 	return c.Close()
+}
+
+// rotateCredentials rotates the services' PostgreSQL logins while clients
+// read records through the ingress controller (MongoDB-backed services)
+// and through audit-manager (PostgreSQL, by the API server's service
+// proxy): no request may fail, the records are all there afterwards, and
+// PostgreSQL refuses the old login while it takes the new one.
+func (e *env) rotateCredentials(ctx context.Context, paths []string, records map[string]string) {
+	t := e.t
+	const secret = "onprem-audit-manager-postgresql"
+	readSecret := func() *corev1.Secret {
+		s, err := e.cluster.Client.CoreV1().Secrets(namespace).Get(ctx, secret, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var key string
+	for k := range records {
+		key = k
+		break
+	}
+	e.step("PostgreSQL logins rotated under traffic: no request fails, the old login is refused", func() {
+		old := readSecret()
+		proxied := e.startProxyTraffic(ctx, "audit-manager", "records/"+key)
+		var res rotate.CredentialsResult
+		r := e.underTraffic("PostgreSQL logins rotated", func() {
+			e.onpremJSON(&res, "rotate", "credentials", "--all", "--namespace", namespace, "--kubeconfig", e.kubeconfig, "--timeout", "4m")
+		}, paths...)
+		pr := proxied.stop("PostgreSQL logins rotated (audit-manager through the service proxy)")
+		e.timing.traffic = append(e.timing.traffic, pr)
+		t.Logf("traffic to audit-manager during the rotation: %s", pr)
+		for _, res := range []trafficResult{r, pr} {
+			if res.Failed > 0 || res.Sent == 0 {
+				t.Fatalf("%s: %d of %d requests failed: %v", res.Operation, res.Failed, res.Sent, res.Examples)
+			}
+		}
+		if len(res.Logins) == 0 || !slices.Contains(res.Restarted, "Deployment/audit-manager") {
+			t.Fatalf("the rotation switched %v and restarted %v", res.Logins, res.Restarted)
+		}
+		e.checkRecords(ctx, records)
+
+		now := readSecret()
+		if bytes.Equal(now.Data["password"], old.Data["password"]) || bytes.Equal(now.Data["username"], old.Data["username"]) {
+			t.Fatal("the Secret holds the same login after the rotation")
+		}
+		if err := e.pgLogin(ctx, now); err != nil {
+			t.Fatalf("PostgreSQL refuses the new login: %v", err)
+		}
+		err := e.pgLogin(ctx, old)
+		if err == nil || !strings.Contains(err.Error(), "authentication failed") && !strings.Contains(err.Error(), "not permitted to log in") {
+			t.Fatalf("PostgreSQL and the old login: %v, want it refused", err)
+		}
+		t.Logf("the old login: %v", err)
+	})
+}
+
+// pgLogin logs in to PostgreSQL, in its pod, over TCP (password
+// authentication) with the login a service's Secret holds; the password
+// travels on psql's standard input.
+func (e *env) pgLogin(ctx context.Context, s *corev1.Secret) error {
+	target, err := dbdump.Pod(ctx, e.cluster.Client, namespace, dbdump.PostgreSQL)
+	if err != nil {
+		return err
+	}
+	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
+	cmd := []string{"sh", "-c", `IFS= read -r PGPASSWORD; export PGPASSWORD
+exec psql --host=127.0.0.1 --username="$1" --dbname="$2" --no-password --no-psqlrc --tuples-only --command="SELECT 1"`,
+		"sh", string(s.Data["username"]), string(s.Data["database"])}
+	return ex.Exec(ctx, target, cmd, strings.NewReader(string(s.Data["password"])+"\n"), io.Discard)
+}
+
+// startProxyTraffic reads path of service through the API server's
+// service proxy at trafficRate/2 until stop, counting what fails.
+func (e *env) startProxyTraffic(ctx context.Context, service, path string) *traffic {
+	ctx, cancel := context.WithCancel(ctx)
+	tr := &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}
+	go func() {
+		defer close(tr.done)
+		tick := time.NewTicker(2 * time.Second / trafficRate)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := e.cluster.Client.CoreV1().RESTClient().Get().
+				AbsPath("/api/v1/namespaces", namespace, "services", service+":http", "proxy", path).DoRaw(rctx)
+			rcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			tr.mu.Lock()
+			tr.sent++
+			if err != nil {
+				now := time.Now()
+				if tr.failed == 0 {
+					tr.firstFail = now
+				}
+				tr.failed++
+				tr.lastFail = now
+				if len(tr.examples) < 5 {
+					tr.examples = append(tr.examples, fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err))
+				}
+			}
+			tr.mu.Unlock()
+		}
+	}()
+	return tr
 }
