@@ -10,6 +10,10 @@
 // password and roles again, so that re-runs converge. MongoDB creates the
 // database itself on the service's first write.
 //
+// `onprem rotate credentials` runs this same script in MongoDB's pod for
+// one login, with the two paths below moved to a private folder of its
+// own by ONPREM_SERVICES_FILE and ONPREM_SECRETS_DIR.
+//
 // Run with `mongosh --nodb --file`. Where to connect: MONGODB_HOST,
 // MONGODB_PORT, MONGODB_TLS ("true": TLS). As whom: MONGODB_ADMIN_USERNAME
 // and MONGODB_ADMIN_PASSWORD, a user allowed to manage users. No credential
@@ -21,8 +25,8 @@
 
 const fs = require('fs');
 
-const SERVICES_FILE = '/etc/onprem/db-provision/mongodb-services';
-const SECRETS_DIR = '/var/run/onprem/mongodb';
+const SERVICES_FILE = process.env.ONPREM_SERVICES_FILE || '/etc/onprem/db-provision/mongodb-services';
+const SECRETS_DIR = process.env.ONPREM_SECRETS_DIR || '/var/run/onprem/mongodb';
 // Databases that belong to the server, never to a service.
 const RESERVED_DATABASES = ['admin', 'local', 'config'];
 // Connection attempts, PAUSE_MS apart: the server may still be starting.

@@ -14,7 +14,9 @@
 //   - each service's user, password and database in
 //     /var/run/onprem/mongodb/<service>/{username,password,database};
 //   - MONGODB_HOST, MONGODB_PORT, MONGODB_TLS ("true": TLS), and the admin's
-//     MONGODB_ADMIN_USERNAME and MONGODB_ADMIN_PASSWORD (authSource admin).
+//     MONGODB_ADMIN_USERNAME and MONGODB_ADMIN_PASSWORD (authSource admin);
+//   - ONPREM_SERVICES_FILE and ONPREM_SECRETS_DIR, when set, in place of the
+//     two paths above (onprem rotate credentials).
 //
 // One difference, forced by the server it is paired with: FerretDB v1
 // refuses roles other than none (its users may do anything), so users are
@@ -58,8 +60,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 2
 	}
 	p := &provisioner{
-		servicesFile: "/etc/onprem/db-provision/mongodb-services",
-		secretsDir:   "/var/run/onprem/mongodb",
+		servicesFile: orDefault(getenv("ONPREM_SERVICES_FILE"), "/etc/onprem/db-provision/mongodb-services"),
+		secretsDir:   orDefault(getenv("ONPREM_SECRETS_DIR"), "/var/run/onprem/mongodb"),
 		getenv:       getenv,
 		attempts:     60,
 		pause:        5 * time.Second,
@@ -70,6 +72,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	return 0
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 // parseArgs accepts the flags the chart passes and returns the script.
