@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,11 +33,11 @@ changes them when you decide to: a leak, an auditor's policy, an expiry.
   onprem rotate certificates    a new serving certificate; --ca a new CA
                                 trusted beside the old one; --retire-ca the
                                 old CA retired
-  onprem rotate credentials     new PostgreSQL logins for the services, with
-                                no service ever disconnected
+  onprem rotate credentials     new database logins (PostgreSQL, MongoDB)
+                                for the services, none ever disconnected
 
-MongoDB logins, the database admins, Redis, RabbitMQ and the signing and
-encryption keys are listed but not yet rotated by onprem.`,
+The database admins, Redis, RabbitMQ and the signing and encryption keys
+are listed but not yet rotated by onprem.`,
 		Example: `  onprem rotate --list
   onprem rotate --list -o json
   onprem rotate certificates --dry-run`,
@@ -185,41 +186,49 @@ func newRotateCredentialsCmd() *cobra.Command {
 	var format string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "credentials (--database postgresql | --component NAME... | --all) [--dry-run]",
-		Short: "Give the services' own PostgreSQL logins new passwords, without disconnecting them",
+		Use:   "credentials (--all | --database ENGINE... | --component NAME...) [--dry-run]",
+		Short: "Give the services' own database logins new passwords, without disconnecting them",
 		Long: `Rotate the database logins onprem generated for the services (Secrets
-onprem-<service>-postgresql), in an order that keeps every service connected:
+onprem-<service>-postgresql and onprem-<service>-mongodb), in an order that
+keeps every service connected:
 
-  1. the service's other login (each has two: the owner of its database,
-     and <owner>_2 which acts as the owner) gets a new password, written to
-     the Secret first, then set in PostgreSQL;
+  1. the service's other login (each has two: <name> and <name>_2) gets a
+     new password, written to the Secret first, then set in the database
+     with the db-provision Job's own script, run as the admin in the
+     database's pod;
   2. the Secret switches to that login;
   3. every Deployment and StatefulSet that reads the Secret rolls onto it
      (old pods keep working with the old login until they are replaced);
-  4. the old login is revoked: PostgreSQL refuses it from then on, and its
-     remaining sessions are ended.
+  4. the old login is revoked and refused from then on. PostgreSQL: no
+     LOGIN, no password, its sessions ended. MongoDB: a new random
+     password that nobody holds.
 
-What a service creates belongs to its database's owner whichever login it
-uses, so the two logins alternate at every rotation without moving data.
+In PostgreSQL the second login is a member of the role that owns the
+service's database and becomes it in every session, so what a service
+creates belongs to the owner whichever login it uses: the two logins
+alternate at every rotation and no data moves.
 
-  --database postgresql   every service with a PostgreSQL login
-  --component NAME        only that service (repeat the flag for several)
-  --all                   every login onprem rotates (today: PostgreSQL's)
+  --all                   every service's logins on every database onprem
+                          runs (PostgreSQL and MongoDB)
+  --database ENGINE       postgresql or mongodb (repeatable)
+  --component NAME        only that service's logins (repeatable; with
+                          --database, only on that engine)
 
 A run that is killed, or that fails (a rollout that does not finish within
---timeout), leaves every service with a login the database accepts: run the
-same command again and it finishes what the first one started. Every
+--timeout), leaves every service with a login its database accepts: run
+the same command again and it finishes what the first one started. Every
 rotation takes the installation's lock and is recorded in the history (the
 logins, never a password); --dry-run says what would change and writes
 nothing.
 
-Not rotated by onprem (refused, nothing changed): databases in external
-mode (their credentials are yours), MongoDB logins, the database admins,
-Redis and RabbitMQ.
+Not rotated by onprem: databases in external mode (their credentials are
+yours; naming one is refused, exit 2, nothing changed), the database
+admins, Redis and RabbitMQ.
 
 Exit code 0 when rotated, 2 when refused (nothing changed), 3 when the
 cluster cannot be reached, 1 when a step failed (run it again).`,
 		Example: `  onprem rotate credentials --all --dry-run
+  onprem rotate credentials --all
   onprem rotate credentials --database postgresql
   onprem rotate credentials --component audit-manager -o json`,
 		Args: cobra.NoArgs,
@@ -228,13 +237,10 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 				return inputError{err}
 			}
 			switch {
-			case all && (a.Engine != "" || len(a.Components) > 0):
+			case all && (len(a.Engines) > 0 || len(a.Components) > 0):
 				return inputError{fmt.Errorf("--all rotates every login: give it alone, or name --database or --component instead")}
-			case !all && a.Engine == "" && len(a.Components) == 0:
-				return inputError{fmt.Errorf("say which logins: --database postgresql, --component NAME, or --all (see --help)")}
-			}
-			if a.Engine == "" {
-				a.Engine = rotate.PostgreSQL
+			case !all && len(a.Engines) == 0 && len(a.Components) == 0:
+				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb, or --component NAME (see --help)")}
 			}
 			w := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(w, line) }
@@ -248,40 +254,50 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 	addClusterFlags(cmd, &a.Cluster)
 	addTargetFlags(cmd, &a.Target)
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVar(&a.Engine, "database", "", "the engine whose service logins to rotate: postgresql")
-	cmd.Flags().StringArrayVar(&a.Components, "component", nil, "rotate only this service's login (repeatable)")
-	cmd.Flags().BoolVar(&all, "all", false, "rotate every login onprem rotates")
+	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql or mongodb (repeatable)")
+	cmd.Flags().StringArrayVar(&a.Components, "component", nil, "rotate only this service's logins (repeatable)")
+	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", 5*time.Minute, "how long each restarted workload may take to roll out")
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	return cmd
 }
 
-func printRotateCredentials(w io.Writer, res *rotate.CredentialsResult) {
+func printRotateCredentials(w io.Writer, res *action.RotateCredentialsResult) {
 	verb := "switched"
 	if res.DryRun {
 		verb = "would switch (dry run, nothing written)"
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "SERVICE\tSECRET\tLOGIN\tNOTE\n")
-	for _, l := range res.Logins {
-		note := ""
-		if l.Resumed != "" {
-			note = "finished a rotation interrupted while " + l.Resumed
+	fmt.Fprintf(tw, "DATABASE\tSERVICE\tSECRET\tLOGIN\tNOTE\n")
+	n := 0
+	var restarted []string
+	for _, e := range res.Engines {
+		for _, l := range e.Logins {
+			note := ""
+			if l.Resumed != "" {
+				note = "finished a rotation interrupted while " + l.Resumed
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s → %s\t%s\n", e.Engine, l.Service, l.Secret, l.From, l.To, note)
+			n++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s → %s\t%s\n", l.Service, l.Secret, l.From, l.To, note)
+		for _, r := range e.Restarted {
+			if !slices.Contains(restarted, r) {
+				restarted = append(restarted, r)
+			}
+		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "%s %d %s login(s)", verb, len(res.Logins), res.Engine)
+	fmt.Fprintf(w, "%s %d login(s)", verb, n)
 	if !res.DryRun {
 		fmt.Fprintf(w, "; the old ones are refused now")
 	}
 	fmt.Fprintln(w)
-	if len(res.Restarted) > 0 {
+	if len(restarted) > 0 {
 		what := "restarted"
 		if res.DryRun {
 			what = "would restart"
 		}
-		fmt.Fprintf(w, "%s: %s\n", what, strings.Join(res.Restarted, ", "))
+		fmt.Fprintf(w, "%s: %s\n", what, strings.Join(restarted, ", "))
 	}
 }

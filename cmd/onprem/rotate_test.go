@@ -21,7 +21,7 @@ func TestRotateCommands(t *testing.T) {
 		{[]string{"rotate", "certificates", "--ca", "--retire-ca"}, exitInput, "two steps"},
 		{[]string{"rotate", "certificates", "--kubeconfig", kc}, exitCluster, kc},
 		{[]string{"rotate", "certificates", "extra"}, exitInput, "extra"},
-		{[]string{"rotate", "credentials"}, exitInput, "--database postgresql, --component NAME, or --all"},
+		{[]string{"rotate", "credentials"}, exitInput, "--all, --database postgresql|mongodb, or --component NAME"},
 		{[]string{"rotate", "credentials", "--all", "--component", "audit-manager"}, exitInput, "--all rotates every login"},
 		{[]string{"rotate", "credentials", "--all", "-o", "xml"}, exitInput, "xml"},
 		{[]string{"rotate", "credentials", "--all", "--kubeconfig", kc}, exitCluster, kc},
@@ -38,7 +38,7 @@ func TestRotateCommands(t *testing.T) {
 		}
 	}
 	code, stdout, _ = cli(t, dir, "rotate", "credentials", "--help")
-	for _, want := range []string{"--database", "--component", "--all", "--dry-run", "revoked", "run the\nsame command again", "external", "Exit code"} {
+	for _, want := range []string{"--database", "--component", "--all", "--dry-run", "revoked", "finishes what the first one started", "external", "Exit code"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("rotate credentials --help lacks %q", want)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,16 +169,17 @@ func caNext(st *state.State, res *rotate.CertificatesResult) []string {
 }
 
 // RotateCredentials gives services' own database logins new passwords
-// (rotate.Credentials): each service switches to the other of its two
-// logins, its workloads roll onto it, and the old login is revoked. It
-// takes the installation's lock and records the rotation (logins, never
-// passwords) in the history; a dry run does neither and writes nothing.
-// Engines run outside the cluster (external mode) are the operator's:
-// refused, nothing changed.
+// (rotate.Credentials), engine after engine: each service switches to the
+// other of its two logins, its workloads roll onto it, and the old login
+// is revoked. It takes the installation's lock and records the rotation
+// (logins, never passwords) in the history; a dry run does neither and
+// writes nothing. Engines run outside the cluster (external mode) are the
+// operator's: refused, nothing changed.
 type RotateCredentials struct {
 	Target
-	// Engine is the database engine (rotate.PostgreSQL).
-	Engine string
+	// Engines are the database engines (rotate.PostgreSQL,
+	// rotate.MongoDB); empty: every one onprem runs.
+	Engines []string
 	// Components limits the rotation to these services (all when empty).
 	Components []string
 	DryRun     bool
@@ -185,15 +187,25 @@ type RotateCredentials struct {
 	Timeout   time.Duration
 	LockWait  time.Duration
 	LockLease time.Duration
-	// Exec runs the database client (default: in the engine's pod,
+	// Exec runs the database clients (default: in the engines' pods,
 	// through the API server).
 	Exec podexec.Executor
 	// Progress, when set, is told each step.
 	Progress func(string)
 }
 
+// RotateCredentialsResult is each engine's rotation.
+type RotateCredentialsResult struct {
+	Namespace string                     `json:"namespace"`
+	DryRun    bool                       `json:"dryRun,omitempty"`
+	Engines   []rotate.CredentialsResult `json:"engines"`
+}
+
+// credentialEngines are the engines whose service logins onprem rotates.
+var credentialEngines = []string{rotate.PostgreSQL, rotate.MongoDB}
+
 // Run rotates.
-func (r *RotateCredentials) Run(ctx context.Context) (*rotate.CredentialsResult, error) {
+func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, error) {
 	ns, err := r.Target.namespace(ctx)
 	if err != nil {
 		return nil, err
@@ -206,29 +218,79 @@ func (r *RotateCredentials) Run(ctx context.Context) (*rotate.CredentialsResult,
 	if ex == nil {
 		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
 	}
-	opts := rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: r.Engine, Services: r.Components, DryRun: r.DryRun,
-		RolloutTimeout: r.Timeout, Progress: r.Progress, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex}}
-	check := func(st *state.State) error {
+	// plan is, per engine, the options of its rotation, from what the
+	// installation runs and which services have logins where.
+	plan := func(st *state.State) ([]rotate.CredentialsOptions, error) {
 		if st.Version == "" {
-			return inputErr(&NotInstalledError{Namespace: ns})
+			return nil, inputErr(&NotInstalledError{Namespace: ns})
 		}
-		if _, ok := st.Components[r.Engine]; !ok && (r.Engine == rotate.PostgreSQL || r.Engine == rotate.MongoDB) {
-			return inputErr(fmt.Errorf("%s is not run by onprem in namespace %s (external mode, or not used): "+
-				"onprem does not own its credentials, so it rotates none of them; rotate them where the database is managed, "+
-				"then update the services' Secrets", r.Engine, ns))
+		engines := r.Engines
+		explicit := len(engines) > 0
+		if !explicit {
+			engines = credentialEngines
 		}
-		return nil
+		var out []rotate.CredentialsOptions
+		covered := map[string]bool{}
+		for _, e := range engines {
+			if !slices.Contains(credentialEngines, e) {
+				return nil, inputErr(fmt.Errorf("database engine %q: onprem rotates the services' logins on %s", e, strings.Join(credentialEngines, " and ")))
+			}
+			if _, ok := st.Components[e]; !ok {
+				if explicit {
+					return nil, inputErr(fmt.Errorf("%s is not run by onprem in namespace %s (external mode, or not used): "+
+						"onprem does not own its credentials, so it rotates none of them; rotate them where the database is managed, "+
+						"then update the services' Secrets", e, ns))
+				}
+				continue
+			}
+			have, err := rotate.ServiceLogins(ctx, cl.Client, ns, e)
+			if err != nil {
+				return nil, err
+			}
+			services := have
+			if len(r.Components) > 0 {
+				services = nil
+				for _, c := range r.Components {
+					if slices.Contains(have, c) {
+						services = append(services, c)
+						covered[c] = true
+					}
+				}
+			}
+			if len(services) == 0 {
+				continue
+			}
+			out = append(out, rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: e, Services: services, DryRun: r.DryRun,
+				RolloutTimeout: r.Timeout, Progress: r.Progress, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex}})
+		}
+		for _, c := range r.Components {
+			if !covered[c] {
+				return nil, inputErr(fmt.Errorf("component %q has no database login of its own that onprem rotates (on %s run by onprem)", c, strings.Join(engines, " or ")))
+			}
+		}
+		if len(out) == 0 {
+			return nil, inputErr(fmt.Errorf("no service has a database login of its own that onprem rotates in namespace %s (databases in external mode are yours to rotate)", ns))
+		}
+		return out, nil
 	}
+	res := &RotateCredentialsResult{Namespace: ns, DryRun: r.DryRun}
 	if r.DryRun {
 		st, err := state.NewStore(cl.Client, ns).Load(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if err := check(st); err != nil {
+		opts, err := plan(st)
+		if err != nil {
 			return nil, err
 		}
-		res, err := rotate.Credentials(ctx, opts)
-		return res, rotateErr(err)
+		for _, o := range opts {
+			er, err := rotate.Credentials(ctx, o)
+			if err != nil {
+				return nil, rotateErr(err)
+			}
+			res.Engines = append(res.Engines, *er)
+		}
+		return res, nil
 	}
 
 	ctx, h, err := lockAndLoad(ctx, cl, ns, "rotate credentials", r.LockWait, r.LockLease)
@@ -236,41 +298,40 @@ func (r *RotateCredentials) Run(ctx context.Context) (*rotate.CredentialsResult,
 		return nil, err
 	}
 	defer h.unlock()
-	if err := check(h.st); err != nil {
+	opts, err := plan(h.st)
+	if err != nil {
 		return nil, err
 	}
-	probe := opts
-	probe.DryRun = true
-	plan, err := rotate.Credentials(ctx, probe)
-	if err != nil {
-		return nil, rotateErr(err)
+	var what []string
+	for _, o := range opts {
+		probe := o
+		probe.DryRun = true
+		if _, err := rotate.Credentials(ctx, probe); err != nil {
+			return nil, rotateErr(err)
+		}
+		what = append(what, o.Engine+" logins of "+strings.Join(o.Services, ", "))
 	}
 	if err := h.store.Begin(ctx, h.st, state.Operation{Kind: state.KindRotate, Version: h.st.Version, Installer: version.Version,
-		Message: "rotating credentials: " + r.Engine + " logins of " + loginServices(plan)}); err != nil {
+		Message: "rotating credentials: " + strings.Join(what, "; ")}); err != nil {
 		return nil, err
 	}
-	res, err := rotate.Credentials(ctx, opts)
-	if err != nil {
-		if ferr := h.store.Finish(context.WithoutCancel(ctx), h.st, state.OutcomeFailed, err.Error()); ferr != nil {
-			err = errors.Join(err, ferr)
-		}
-		return nil, rotateErr(err)
-	}
 	var switched []string
-	for _, l := range res.Logins {
-		switched = append(switched, l.Service+" "+l.From+" → "+l.To)
+	for _, o := range opts {
+		er, err := rotate.Credentials(ctx, o)
+		if err != nil {
+			if ferr := h.store.Finish(context.WithoutCancel(ctx), h.st, state.OutcomeFailed, err.Error()); ferr != nil {
+				err = errors.Join(err, ferr)
+			}
+			return nil, rotateErr(err)
+		}
+		res.Engines = append(res.Engines, *er)
+		for _, l := range er.Logins {
+			switched = append(switched, o.Engine+" "+l.Service+" "+l.From+" → "+l.To)
+		}
 	}
-	msg := "credentials (" + r.Engine + "): " + strings.Join(switched, ", ")
+	msg := "credentials: " + strings.Join(switched, ", ")
 	if err := h.store.Finish(ctx, h.st, state.OutcomeSucceeded, msg); err != nil {
 		return nil, fmt.Errorf("credentials rotated, but recording it failed: %w", err)
 	}
 	return res, nil
-}
-
-func loginServices(res *rotate.CredentialsResult) string {
-	var out []string
-	for _, l := range res.Logins {
-		out = append(out, l.Service)
-	}
-	return strings.Join(out, ", ")
 }

@@ -9,11 +9,15 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,25 +29,95 @@ import (
 	"onprem.dev/onprem/installer/state"
 )
 
-// pgLogin connects to database as the login a service Secret holds.
-func pgLogin(ctx context.Context, addr string, s *corev1.Secret) (*pgx.Conn, error) {
-	return pgLoginAs(ctx, addr, string(s.Data["username"]), string(s.Data["password"]), string(s.Data["database"]))
+// loginServers are the real databases that stand for the platform's
+// PostgreSQL and MongoDB pods, and a way to log in to them as a service.
+type loginServers struct {
+	*backuptest.Servers
 }
 
-func pgLoginAs(ctx context.Context, addr, user, password, db string) (*pgx.Conn, error) {
-	u := url.URL{Scheme: "postgres", User: url.UserPassword(user, password), Host: addr, Path: "/" + db, RawQuery: "sslmode=disable"}
+func (s loginServers) pg(ctx context.Context, user, password, db string) (*pgx.Conn, error) {
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(user, password), Host: s.PostgreSQL, Path: "/" + db, RawQuery: "sslmode=disable"}
 	return pgx.Connect(ctx, u.String())
 }
 
-// Services' PostgreSQL logins rotated on an installed platform against a
-// real PostgreSQL standing for its pod: provisioning by the chart's own
-// script, a dry run that writes nothing, a rotation killed after the
-// switch and one killed before it (each finished by the next run, no
-// service ever without a login the database accepts), the old logins
-// refused, the records readable and what the new login makes owned by
-// the service's owner role, the workloads rolled, the history without a
-// password, a converging install that keeps all of it, and refusals that
-// change nothing.
+func (s loginServers) mongo(ctx context.Context, user, password, db string) (*mongo.Client, error) {
+	c, err := mongo.Connect(options.Client().SetHosts([]string{s.MongoDB}).SetDirect(true).SetServerSelectionTimeout(5 * time.Second).
+		SetAuth(options.Credential{Username: user, Password: password, AuthSource: db}))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Ping(ctx, nil); err != nil {
+		c.Disconnect(ctx)
+		return nil, err
+	}
+	return c, nil
+}
+
+// canLogin says whether the engine accepts the login.
+func (s loginServers) canLogin(ctx context.Context, engine, user, password, db string) bool {
+	switch engine {
+	case rotate.PostgreSQL:
+		conn, err := s.pg(ctx, user, password, db)
+		if err != nil {
+			return false
+		}
+		conn.Close(ctx)
+	default:
+		c, err := s.mongo(ctx, user, password, db)
+		if err != nil {
+			return false
+		}
+		c.Disconnect(ctx)
+	}
+	return true
+}
+
+// record reads (value == "") or writes the record "before" as the login a
+// Secret holds.
+func (s loginServers) record(ctx context.Context, engine string, sec *corev1.Secret, value string) (string, error) {
+	user, pw, db := string(sec.Data["username"]), string(sec.Data["password"]), string(sec.Data["database"])
+	if engine == rotate.PostgreSQL {
+		conn, err := s.pg(ctx, user, pw, db)
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close(ctx)
+		if value != "" {
+			if _, err := conn.Exec(ctx, "CREATE TABLE records (k text PRIMARY KEY, v text)"); err != nil {
+				return "", err
+			}
+			_, err = conn.Exec(ctx, "INSERT INTO records VALUES ('before', $1)", value)
+			return value, err
+		}
+		err = conn.QueryRow(ctx, "SELECT v FROM records WHERE k = 'before'").Scan(&value)
+		return value, err
+	}
+	c, err := s.mongo(ctx, user, pw, db)
+	if err != nil {
+		return "", err
+	}
+	defer c.Disconnect(ctx)
+	coll := c.Database(db).Collection("records")
+	if value != "" {
+		_, err = coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "before"}, {Key: "v", Value: value}})
+		return value, err
+	}
+	var doc struct {
+		V string `bson:"v"`
+	}
+	err = coll.FindOne(ctx, bson.D{{Key: "_id", Value: "before"}}).Decode(&doc)
+	return doc.V, err
+}
+
+// Services' PostgreSQL and MongoDB logins rotated on an installed platform
+// against a real PostgreSQL and a real MongoDB-protocol server (FerretDB)
+// standing for its pods: provisioning by the chart's own scripts, a dry run
+// that writes nothing, a rotation killed after PostgreSQL's switch and one
+// killed before it (each finished by the next run, no service ever without
+// a login its database accepts), the old logins refused, the records
+// readable, what a second PostgreSQL login makes owned by the owner role,
+// the workloads rolled, the history without a password, a converging
+// install that keeps all of it, and refusals that change nothing.
 func TestRotateCredentials(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -54,85 +128,98 @@ func TestRotateCredentials(t *testing.T) {
 	}
 	const ns = "onprem"
 	target := Target{Cluster: cl, ConfigPath: src.ConfigPath}
-	servers := &backuptest.Servers{PGUser: "postgres", PGPass: "pg-Admin-Secret-1"}
-	servers.PostgreSQL = testservers.PostgreSQL(t, servers.PGUser, servers.PGPass)
-	ex := backuptest.NewExec(t, servers)
+	srv := loginServers{&backuptest.Servers{PGUser: "postgres", PGPass: "pg-Admin-Secret-1", MongoUser: "root", MongoPass: "mongo-Root-Secret-1"}}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); srv.MongoDB = testservers.MongoDB(t, srv.MongoUser, srv.MongoPass) }()
+	srv.PostgreSQL = testservers.PostgreSQL(t, srv.PGUser, srv.PGPass)
+	wg.Wait()
+	ex := backuptest.NewExec(t, srv.Servers)
+	engines := []string{rotate.PostgreSQL, rotate.MongoDB}
 
-	pgSecrets := func() map[string]*corev1.Secret {
+	// loginSecrets are the services' login Secrets, by engine and name.
+	loginSecrets := func() map[string]map[string]*corev1.Secret {
 		t.Helper()
 		l, err := c.Client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "onprem.dev/generated=true"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]*corev1.Secret{}
+		out := map[string]map[string]*corev1.Secret{}
 		for i, s := range l.Items {
-			if strings.HasSuffix(s.Name, "-postgresql") && s.Data["database"] != nil {
-				out[s.Name] = &l.Items[i]
+			for _, e := range engines {
+				if strings.HasSuffix(s.Name, "-"+e) && s.Data["database"] != nil {
+					if out[e] == nil {
+						out[e] = map[string]*corev1.Secret{}
+					}
+					out[e][s.Name] = &l.Items[i]
+				}
 			}
 		}
 		return out
 	}
-	orig := pgSecrets()
-	if len(orig) == 0 {
-		t.Fatal("the platform has no service with a PostgreSQL login")
+	orig := loginSecrets()
+	for _, e := range engines {
+		if len(orig[e]) == 0 {
+			t.Fatalf("the platform has no service with a %s login", e)
+		}
 	}
 
 	// What db-provision's Job does on a real cluster, with the chart's own
-	// script: each service's login and database; then a table of records.
+	// scripts: each service's login (and database); then a record.
 	logins := rotate.PodLogins{Client: c.Client, Namespace: ns, Exec: ex}
-	for _, s := range orig {
-		u := string(s.Data["username"])
-		if err := logins.Grant(ctx, rotate.PostgreSQL, rotate.Login{Username: u, Password: s.Data["password"], Database: string(s.Data["database"]), Owner: u}); err != nil {
-			t.Fatalf("provisioning %s: %v", s.Name, err)
-		}
-		conn, err := pgLogin(ctx, servers.PostgreSQL, s)
-		if err != nil {
-			t.Fatalf("the provisioned login of %s: %v", s.Name, err)
-		}
-		if _, err := conn.Exec(ctx, "CREATE TABLE records (k text PRIMARY KEY, v text); INSERT INTO records VALUES ('before', 'rotation')"); err != nil {
-			t.Fatal(err)
-		}
-		conn.Close(ctx)
-	}
-	canLogin := func(user, password, db string) bool {
-		conn, err := pgLoginAs(ctx, servers.PostgreSQL, user, password, db)
-		if err != nil {
-			return false
-		}
-		conn.Close(ctx)
-		return true
-	}
-	// Every service holds a login the database accepts, whatever the step.
-	everyServiceConnects := func(when string) {
-		t.Helper()
-		for name, s := range pgSecrets() {
-			if !canLogin(string(s.Data["username"]), string(s.Data["password"]), string(s.Data["database"])) {
-				t.Errorf("%s: %s's login is refused by the database", when, name)
+	for _, e := range engines {
+		for _, s := range orig[e] {
+			u := string(s.Data["username"])
+			if err := logins.Grant(ctx, e, rotate.Login{Username: u, Password: s.Data["password"], Database: string(s.Data["database"]), Owner: u}); err != nil {
+				t.Fatalf("provisioning %s: %v", s.Name, err)
+			}
+			if _, err := srv.record(ctx, e, s, "written before the rotations"); err != nil {
+				t.Fatalf("a record as %s's login: %v", s.Name, err)
 			}
 		}
+	}
+	// Every service holds a login its database accepts, whatever the step.
+	everyServiceConnects := func(when string) {
+		t.Helper()
+		for e, set := range loginSecrets() {
+			for name, s := range set {
+				if !srv.canLogin(ctx, e, string(s.Data["username"]), string(s.Data["password"]), string(s.Data["database"])) {
+					t.Errorf("%s: %s's login is refused by %s", when, name, e)
+				}
+			}
+		}
+	}
+	rotateAll := func() (*RotateCredentialsResult, error) {
+		return (&RotateCredentials{Target: target, Exec: ex, Timeout: time.Minute}).Run(ctx)
 	}
 
 	// A dry run says what would change and writes nothing.
 	history := len(loadState(t, c.Client).History)
-	dry, err := (&RotateCredentials{Target: target, Exec: ex, Engine: rotate.PostgreSQL, DryRun: true}).Run(ctx)
+	dry, err := (&RotateCredentials{Target: target, Exec: ex, DryRun: true}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dry.Logins) != len(orig) || len(dry.Restarted) == 0 {
+	if len(dry.Engines) != 2 || dry.Engines[0].Engine != rotate.PostgreSQL || dry.Engines[1].Engine != rotate.MongoDB {
 		t.Fatalf("dry run: %+v", dry)
 	}
-	for _, l := range dry.Logins {
-		if l.To != l.From+"_2" {
-			t.Errorf("dry run: %s would switch %s → %s, want the second login", l.Service, l.From, l.To)
+	for _, er := range dry.Engines {
+		if len(er.Logins) != len(orig[er.Engine]) || len(er.Restarted) == 0 {
+			t.Errorf("dry run of %s: %+v", er.Engine, er)
+		}
+		for _, l := range er.Logins {
+			if l.To != l.From+"_2" {
+				t.Errorf("dry run: %s would switch %s → %s, want the second login", l.Service, l.From, l.To)
+			}
 		}
 	}
-	if !reflect.DeepEqual(loginData(pgSecrets()), loginData(orig)) || len(loadState(t, c.Client).History) != history {
+	if !reflect.DeepEqual(loginData(loginSecrets()), loginData(orig)) || len(loadState(t, c.Client).History) != history {
 		t.Fatal("a dry run changed a Secret or the history")
 	}
 
-	// A rotation killed after the services switched, before the old logins
-	// are revoked: every service has a login that works, and the next run
-	// revokes the old ones without switching again.
+	// A rotation killed after PostgreSQL's services switched, before their
+	// old logins are revoked (MongoDB not reached): every service has a
+	// login that works, and the next run revokes the old ones without
+	// switching PostgreSQL's again, then rotates MongoDB's.
 	var calls, failAt atomic.Int32
 	ex.Before = func(_ podexec.Target, _ []string) error {
 		if n := calls.Add(1); n == failAt.Load() {
@@ -140,16 +227,19 @@ func TestRotateCredentials(t *testing.T) {
 		}
 		return nil
 	}
-	failAt.Store(int32(len(orig)) + 1) // the first revocation
-	if _, err := (&RotateCredentials{Target: target, Exec: ex, Engine: rotate.PostgreSQL, Timeout: time.Minute}).Run(ctx); err == nil || !strings.Contains(err.Error(), "run the rotation again") {
+	failAt.Store(int32(len(orig[rotate.PostgreSQL])) + 1) // the first revocation
+	if _, err := rotateAll(); err == nil || !strings.Contains(err.Error(), "run the rotation again") {
 		t.Fatalf("a rotation killed before revoking: %v", err)
 	}
-	mid := pgSecrets()
-	for name, s := range mid {
-		o := orig[name]
+	mid := loginSecrets()
+	for name, s := range mid[rotate.PostgreSQL] {
+		o := orig[rotate.PostgreSQL][name]
 		if string(s.Data["username"]) != string(o.Data["username"])+"_2" || s.Annotations[rotate.AnnotationRetire] != string(o.Data["username"]) {
 			t.Errorf("%s after the kill: login %s, to retire %q", name, s.Data["username"], s.Annotations[rotate.AnnotationRetire])
 		}
+	}
+	if !reflect.DeepEqual(loginData(map[string]map[string]*corev1.Secret{"m": mid[rotate.MongoDB]}), loginData(map[string]map[string]*corev1.Secret{"m": orig[rotate.MongoDB]})) {
+		t.Error("the killed rotation changed a MongoDB login before PostgreSQL's were done")
 	}
 	everyServiceConnects("killed before revoking")
 	if st := loadState(t, c.Client); st.History[len(st.History)-1].Outcome != state.OutcomeFailed {
@@ -157,34 +247,41 @@ func TestRotateCredentials(t *testing.T) {
 	}
 
 	failAt.Store(0)
-	res, err := (&RotateCredentials{Target: target, Exec: ex, Engine: rotate.PostgreSQL, Timeout: time.Minute}).Run(ctx)
+	res, err := rotateAll()
 	if err != nil {
 		t.Fatalf("the run that finishes the rotation: %v", err)
 	}
-	for _, l := range res.Logins {
-		if l.Resumed != "revoking" || l.To != l.From+"_2" {
-			t.Errorf("resumed: %+v", l)
+	for _, er := range res.Engines {
+		for _, l := range er.Logins {
+			want := map[string]string{rotate.PostgreSQL: "revoking", rotate.MongoDB: ""}[er.Engine]
+			if l.Resumed != want || l.To != l.From+"_2" {
+				t.Errorf("%s after the kill: %+v (resumed %q, want %q)", er.Engine, l, l.Resumed, want)
+			}
 		}
 	}
-	first := pgSecrets()
-	for name, s := range first {
-		o := orig[name]
-		if string(s.Data["username"]) != string(mid[name].Data["username"]) || s.Annotations[rotate.AnnotationRetire] != "" || s.Data["next-username"] != nil {
-			t.Errorf("%s after the resumed run: login %s, annotations %v, keys %v", name, s.Data["username"], s.Annotations, dataKeys(s.Data))
-		}
-		if bytes.Equal(s.Data["password"], o.Data["password"]) || string(s.Data[rotate.KeyOwner]) != string(o.Data["username"]) {
-			t.Errorf("%s: the password is the same, or the owner %q is not the first login", name, s.Data[rotate.KeyOwner])
-		}
-		if canLogin(string(o.Data["username"]), string(o.Data["password"]), string(o.Data["database"])) {
-			t.Errorf("%s: the old login is still accepted", name)
+	first := loginSecrets()
+	for _, e := range engines {
+		for name, s := range first[e] {
+			o := orig[e][name]
+			if string(s.Data["username"]) != string(o.Data["username"])+"_2" || s.Annotations[rotate.AnnotationRetire] != "" || s.Data["next-username"] != nil {
+				t.Errorf("%s after the first rotation: login %s, annotations %v, keys %v", name, s.Data["username"], s.Annotations, dataKeys(s.Data))
+			}
+			if bytes.Equal(s.Data["password"], o.Data["password"]) || string(s.Data[rotate.KeyOwner]) != string(o.Data["username"]) {
+				t.Errorf("%s: the password is the same, or the owner %q is not the first login", name, s.Data[rotate.KeyOwner])
+			}
+			if srv.canLogin(ctx, e, string(o.Data["username"]), string(o.Data["password"]), string(o.Data["database"])) {
+				t.Errorf("%s: the old login is still accepted", name)
+			}
 		}
 	}
 	everyServiceConnects("after the first rotation")
 
 	// The workloads that read those Secrets rolled onto them.
 	rolled := map[string]bool{}
-	for _, w := range res.Restarted {
-		rolled[w] = true
+	for _, er := range res.Engines {
+		for _, w := range er.Restarted {
+			rolled[w] = true
+		}
 	}
 	deps, err := c.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -193,7 +290,8 @@ func TestRotateCredentials(t *testing.T) {
 	for _, d := range deps.Items {
 		reads := false
 		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && first[e.ValueFrom.SecretKeyRef.Name] != nil {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+				(first[rotate.PostgreSQL][e.ValueFrom.SecretKeyRef.Name] != nil || first[rotate.MongoDB][e.ValueFrom.SecretKeyRef.Name] != nil) {
 				reads = true
 			}
 		}
@@ -208,52 +306,46 @@ func TestRotateCredentials(t *testing.T) {
 
 	// A second rotation killed before its first grant: the next login is
 	// in the Secret, the service still on its current one; the next run
-	// grants it and switches back to the owner.
+	// grants it and switches back to the first login.
 	calls.Store(0)
 	failAt.Store(1)
-	if _, err := (&RotateCredentials{Target: target, Exec: ex, Engine: rotate.PostgreSQL, Timeout: time.Minute}).Run(ctx); err == nil || !strings.Contains(err.Error(), "still uses its old one") {
+	if _, err := rotateAll(); err == nil || !strings.Contains(err.Error(), "still uses its old one") {
 		t.Fatalf("a rotation killed before granting: %v", err)
 	}
 	everyServiceConnects("killed before granting")
 	failAt.Store(0)
-	res, err = (&RotateCredentials{Target: target, Exec: ex, Engine: rotate.PostgreSQL, Timeout: time.Minute}).Run(ctx)
+	res, err = rotateAll()
 	if err != nil {
 		t.Fatalf("the run that finishes the second rotation: %v", err)
 	}
-	if !slices.ContainsFunc(res.Logins, func(l rotate.LoginChange) bool { return l.Resumed == "granting" }) {
-		t.Errorf("the second rotation did not resume a grant: %+v", res.Logins)
+	if !slices.ContainsFunc(res.Engines[0].Logins, func(l rotate.LoginChange) bool { return l.Resumed == "granting" }) {
+		t.Errorf("the second rotation did not resume a grant: %+v", res.Engines[0].Logins)
 	}
-	second := pgSecrets()
-	for name, s := range second {
-		o, f := orig[name], first[name]
-		if string(s.Data["username"]) != string(o.Data["username"]) {
-			t.Errorf("%s: the second rotation switched to %s, want the owner %s", name, s.Data["username"], o.Data["username"])
-		}
-		if canLogin(string(f.Data["username"]), string(f.Data["password"]), string(f.Data["database"])) {
-			t.Errorf("%s: the second login is still accepted after the second rotation", name)
+	second := loginSecrets()
+	for _, e := range engines {
+		for name, s := range second[e] {
+			o, f := orig[e][name], first[e][name]
+			if string(s.Data["username"]) != string(o.Data["username"]) {
+				t.Errorf("%s: the second rotation switched to %s, want the first login %s", name, s.Data["username"], o.Data["username"])
+			}
+			if srv.canLogin(ctx, e, string(f.Data["username"]), string(f.Data["password"]), string(f.Data["database"])) {
+				t.Errorf("%s: the second login is still accepted after the second rotation", name)
+			}
+			if v, err := srv.record(ctx, e, s, ""); err != nil || v != "written before the rotations" {
+				t.Errorf("%s: the record written before the rotations: %q, %v", name, v, err)
+			}
 		}
 	}
 	everyServiceConnects("after the second rotation")
 
-	// The data: the records are there for the new login, and what a
-	// second login creates belongs to the owner.
-	for name, s := range first {
-		conn, err := pgLogin(ctx, servers.PostgreSQL, second[name])
-		if err != nil {
+	// PostgreSQL: what a second login creates belongs to the owner, which
+	// the owner's login can change.
+	for name, s := range second[rotate.PostgreSQL] {
+		owner, db := string(s.Data[rotate.KeyOwner]), string(s.Data["database"])
+		if err := logins.Grant(ctx, rotate.PostgreSQL, rotate.Login{Username: owner + "_2", Password: []byte("Second-Login-1"), Database: db, Owner: owner}); err != nil {
 			t.Fatal(err)
 		}
-		var v string
-		if err := conn.QueryRow(ctx, "SELECT v FROM records WHERE k = 'before'").Scan(&v); err != nil || v != "rotation" {
-			t.Errorf("%s: the record written before the rotations: %q, %v", name, v, err)
-		}
-		conn.Close(ctx)
-		// The second login, granted again as provisioning would, makes a
-		// table: the owner's, which the owner's login can change.
-		owner := string(s.Data[rotate.KeyOwner])
-		if err := logins.Grant(ctx, rotate.PostgreSQL, rotate.Login{Username: owner + "_2", Password: []byte("Second-Login-1"), Database: string(s.Data["database"]), Owner: owner}); err != nil {
-			t.Fatal(err)
-		}
-		conn, err = pgLoginAs(ctx, servers.PostgreSQL, owner+"_2", "Second-Login-1", string(s.Data["database"]))
+		conn, err := srv.pg(ctx, owner+"_2", "Second-Login-1", db)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,14 +357,14 @@ func TestRotateCredentials(t *testing.T) {
 			t.Errorf("%s: a table made by the second login belongs to %q (%v), want %s", name, tableOwner, err, owner)
 		}
 		conn.Close(ctx)
-		if err := logins.Revoke(ctx, rotate.PostgreSQL, owner+"_2"); err != nil {
+		if err := logins.Revoke(ctx, rotate.PostgreSQL, rotate.Login{Username: owner + "_2", Database: db}); err != nil {
 			t.Fatal(err)
 		}
-		conn, err = pgLogin(ctx, servers.PostgreSQL, second[name])
+		conn, err = srv.pg(ctx, string(s.Data["username"]), string(s.Data["password"]), db)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := conn.Exec(ctx, "DROP TABLE made_by_second; INSERT INTO records VALUES ('after', 'rotation')"); err != nil {
+		if _, err := conn.Exec(ctx, "DROP TABLE made_by_second"); err != nil {
 			t.Errorf("%s: the owner's login cannot change what the second login made: %v", name, err)
 		}
 		conn.Close(ctx)
@@ -286,14 +378,16 @@ func TestRotateCredentials(t *testing.T) {
 			rotations = append(rotations, op.Outcome+": "+op.Message)
 		}
 	}
-	if len(rotations) != 4 || !strings.Contains(rotations[3], "succeeded: credentials (postgresql): ") {
+	if len(rotations) != 4 || !strings.Contains(rotations[3], "succeeded: credentials: postgresql ") || !strings.Contains(rotations[3], ", mongodb ") {
 		t.Errorf("the history's rotations:\n%s", strings.Join(rotations, "\n"))
 	}
 	hist, _ := json.Marshal(st.History)
-	for _, set := range []map[string]*corev1.Secret{orig, first, second} {
-		for name, s := range set {
-			if bytes.Contains(hist, s.Data["password"]) {
-				t.Errorf("the history holds a password of %s", name)
+	for _, set := range []map[string]map[string]*corev1.Secret{orig, first, second} {
+		for _, byName := range set {
+			for name, s := range byName {
+				if bytes.Contains(hist, s.Data["password"]) {
+					t.Errorf("the history holds a password of %s", name)
+				}
 			}
 		}
 	}
@@ -302,7 +396,7 @@ func TestRotateCredentials(t *testing.T) {
 	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(loginData(pgSecrets()), loginData(second)) {
+	if !reflect.DeepEqual(loginData(loginSecrets()), loginData(second)) {
 		t.Error("a converging install changed a rotated Secret")
 	}
 	deps, err = c.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
@@ -318,27 +412,28 @@ func TestRotateCredentials(t *testing.T) {
 	// Refusals: nothing changed, nothing recorded, exit code 2.
 	history = len(loadState(t, c.Client).History)
 	for _, r := range []*RotateCredentials{
-		{Engine: rotate.MongoDB},
-		{Engine: "redis"},
-		{Engine: rotate.PostgreSQL, Components: []string{"no-such-service"}},
+		{Engines: []string{"redis"}},
+		{Components: []string{"no-such-service"}},
 	} {
-		r.Target = target
+		r.Target, r.Exec = target, ex
 		_, err := r.Run(ctx)
 		var ie *InputError
 		if !errors.As(err, &ie) {
-			t.Errorf("rotating %s %v: %v, want an input error", r.Engine, r.Components, err)
+			t.Errorf("rotating %v %v: %v, want an input error", r.Engines, r.Components, err)
 		}
 	}
-	if len(loadState(t, c.Client).History) != history || !reflect.DeepEqual(loginData(pgSecrets()), loginData(second)) {
+	if len(loadState(t, c.Client).History) != history || !reflect.DeepEqual(loginData(loginSecrets()), loginData(second)) {
 		t.Error("a refused rotation changed a Secret or the history")
 	}
 }
 
-func loginData(m map[string]*corev1.Secret) map[string]string {
+func loginData(m map[string]map[string]*corev1.Secret) map[string]string {
 	out := map[string]string{}
-	for name, s := range m {
-		for k, v := range s.Data {
-			out[name+"/"+k] = string(v)
+	for _, byName := range m {
+		for name, s := range byName {
+			for k, v := range s.Data {
+				out[name+"/"+k] = string(v)
+			}
 		}
 	}
 	return out

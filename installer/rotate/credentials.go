@@ -66,9 +66,9 @@ type Logins interface {
 	// rights the service's provisioning gives: what the db-provision Job
 	// does for the Secret's values, idempotent.
 	Grant(ctx context.Context, engine string, l Login) error
-	// Revoke makes username unable to log in, and ends its sessions. A
-	// login that does not exist is revoked already.
-	Revoke(ctx context.Context, engine, username string) error
+	// Revoke makes l's user (of l's database) unable to log in. A login
+	// that does not exist is revoked already; l.Password is not used.
+	Revoke(ctx context.Context, engine string, l Login) error
 }
 
 // CredentialsOptions say whose database logins to rotate.
@@ -162,12 +162,9 @@ func (s serviceLogin) next() string {
 // result name Secrets and logins.
 func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult, error) {
 	switch o.Engine {
-	case PostgreSQL:
-	case MongoDB:
-		return nil, refused("onprem does not rotate services' MongoDB logins yet (PostgreSQL's only): " +
-			"change a MongoDB password with mongosh's db.changeUserPassword, then the Secret, then restart its service")
+	case PostgreSQL, MongoDB:
 	default:
-		return nil, refused("database engine %q: onprem rotates services' logins on %s", o.Engine, PostgreSQL)
+		return nil, refused("database engine %q: onprem rotates services' logins on %s and %s", o.Engine, PostgreSQL, MongoDB)
 	}
 	if o.Logins == nil {
 		return nil, errors.New("rotating credentials: no way to reach the database (Logins)")
@@ -187,10 +184,7 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 	}
 	newPassword := o.Password
 	if newPassword == nil {
-		newPassword = func() ([]byte, error) {
-			data, err := secrets.Generate(credentials.Secret{Name: "rotation", Keys: []credentials.Key{{Name: "p", Kind: credentials.Password}}}, secrets.GenerateOptions{})
-			return data["p"], err
-		}
+		newPassword = generatePassword
 	}
 
 	logins, err := serviceLogins(ctx, o.Client, o.Namespace, o.Engine, o.Services)
@@ -267,7 +261,7 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 		old := l.secret.Annotations[AnnotationRetire]
 		if old != "" && old != string(l.secret.Data["username"]) {
 			say("%s: revoking login %s", l.service, old)
-			if err := o.Logins.Revoke(ctx, o.Engine, old); err != nil {
+			if err := o.Logins.Revoke(ctx, o.Engine, Login{Username: old, Database: string(l.secret.Data["database"]), Owner: l.owner()}); err != nil {
 				return nil, fmt.Errorf("revoking the old login %s of %s (the service uses its new one; run the rotation again): %w", old, l.service, err)
 			}
 		}
@@ -278,6 +272,30 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 		}
 	}
 	return res, nil
+}
+
+// generatePassword makes a password as onprem generates them.
+func generatePassword() ([]byte, error) {
+	data, err := secrets.Generate(credentials.Secret{Name: "rotation", Keys: []credentials.Key{{Name: "p", Kind: credentials.Password}}}, secrets.GenerateOptions{})
+	return data["p"], err
+}
+
+// ServiceLogins lists the services with a login of their own on engine in
+// namespace (none: an empty list).
+func ServiceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string) ([]string, error) {
+	all, err := serviceLogins(ctx, c, ns, engine, nil)
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range all {
+		out = append(out, l.service)
+	}
+	return out, nil
 }
 
 // serviceLogins reads the services' Secrets of engine that onprem

@@ -41,8 +41,8 @@ func (r *recordingLogins) Grant(_ context.Context, _ string, l Login) error {
 	return r.note("grant " + l.Username + " owner " + l.Owner + " db " + l.Database)
 }
 
-func (r *recordingLogins) Revoke(_ context.Context, _ string, username string) error {
-	return r.note("revoke " + username)
+func (r *recordingLogins) Revoke(_ context.Context, _ string, l Login) error {
+	return r.note("revoke " + l.Username)
 }
 
 func serviceSecret(svc, user string) *corev1.Secret {
@@ -137,7 +137,7 @@ func TestCredentialsRefusals(t *testing.T) {
 		o    CredentialsOptions
 		want string
 	}{
-		{CredentialsOptions{Engine: MongoDB}, "MongoDB logins yet"},
+		{CredentialsOptions{Engine: MongoDB}, "no service has a mongodb login"},
 		{CredentialsOptions{Engine: "redis"}, `"redis"`},
 		{CredentialsOptions{Engine: PostgreSQL, Services: []string{"nope"}}, `"nope" has no postgresql login of its own; these do: audit-manager`},
 		{CredentialsOptions{Engine: PostgreSQL, Namespace: "elsewhere"}, "no service has a postgresql login"},
@@ -218,5 +218,21 @@ func TestPsqlQuote(t *testing.T) {
 	}
 	if _, err := psqlQuote("two\nlines"); err == nil {
 		t.Error("a line break was quoted")
+	}
+}
+
+// The listing names the command that rotates a service's login; the
+// admins' are not rotated yet.
+func TestRotateCommand(t *testing.T) {
+	for name, want := range map[string]string{
+		"onprem-audit-manager-postgresql": "onprem rotate credentials --component audit-manager --database postgresql",
+		"onprem-pipelines-api-mongodb":    "onprem rotate credentials --component pipelines-api --database mongodb",
+		"onprem-postgresql-admin":         "",
+		"onprem-mongodb-admin":            "",
+		"onprem-redis":                    "",
+	} {
+		if got := rotateCommand(KindCredential, name); got != want {
+			t.Errorf("rotateCommand(%s) = %q, want %q", name, got, want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -16,18 +17,43 @@ import (
 )
 
 // PodLogins changes logins with the engine's own client, run as its admin
-// in the engine's pod (installer/podexec): psql for PostgreSQL. Every value
-// travels on the client's standard input, never on a command line, and the
-// admin's password comes from the container's environment.
+// in the engine's pod (installer/podexec), with the db-provision chart's
+// own scripts: psql for PostgreSQL, mongosh for MongoDB. Every value
+// travels on the command's standard input, never on a command line, and
+// the admin's password comes from the container's environment.
 type PodLogins struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Exec      podexec.Executor
 }
 
-// provisionSQL is the db-provision chart's PostgreSQL script: a rotation
-// grants a login exactly what provisioning does.
-const provisionSQL = "db-provision/files/postgresql-provision.sql"
+// The db-provision chart's scripts: a rotation grants a login exactly
+// what provisioning does.
+const (
+	provisionSQL = "db-provision/files/postgresql-provision.sql"
+	provisionJS  = "db-provision/files/mongodb-provision.js"
+)
+
+// mongosh runs the provisioning script ($1) for one login read on its
+// standard input (username, password and database, a line each), laid out
+// as the Job's mounted Secret would be, in a private folder removed at
+// the end; as the admin (the container's MONGO_INITDB_ROOT_USERNAME and
+// MONGO_INITDB_ROOT_PASSWORD) on the pod's loopback.
+var mongosh = []string{"sh", "-c", `set -eu
+dir="$(mktemp -d)"; trap 'rm -rf "$dir"' EXIT
+mkdir "$dir/login"
+IFS= read -r username; IFS= read -r password; IFS= read -r database
+printf '%s' "$username" > "$dir/login/username"
+printf '%s' "$password" > "$dir/login/password"
+printf '%s' "$database" > "$dir/login/database"
+unset password
+printf 'login\n' > "$dir/services"
+printf '%s' "$1" > "$dir/mongodb-provision.js"
+MONGODB_HOST="${ONPREM_DB_HOST:-127.0.0.1}" MONGODB_PORT="${ONPREM_DB_PORT:-27017}" \
+MONGODB_ADMIN_USERNAME="$MONGO_INITDB_ROOT_USERNAME" MONGODB_ADMIN_PASSWORD="$MONGO_INITDB_ROOT_PASSWORD" \
+ONPREM_SERVICES_FILE="$dir/services" ONPREM_SECRETS_DIR="$dir" \
+  mongosh --nodb --norc --quiet --file "$dir/mongodb-provision.js"
+`, "onprem"}
 
 // psql runs psql as the admin (the container's POSTGRES_USER and
 // POSTGRES_PASSWORD) on the pod's loopback, reading its commands on its
@@ -41,23 +67,36 @@ PGPASSWORD="$POSTGRES_PASSWORD" exec psql --host="$host" --port="$port" --userna
 
 // Grant implements Logins.
 func (p PodLogins) Grant(ctx context.Context, engine string, l Login) error {
-	if engine != PostgreSQL {
-		return fmt.Errorf("onprem does not change %s logins", engine)
-	}
-	script, err := fs.ReadFile(charts.FS, provisionSQL)
-	if err != nil {
-		return fmt.Errorf("reading the provisioning script: %w", err)
-	}
-	var in bytes.Buffer
-	for _, v := range [][2]string{{"username", l.Username}, {"password", string(l.Password)}, {"database", l.Database}, {"owner", l.Owner}} {
-		q, err := psqlQuote(v[1])
+	switch engine {
+	case PostgreSQL:
+		script, err := fs.ReadFile(charts.FS, provisionSQL)
 		if err != nil {
-			return fmt.Errorf("the %s of the login: %w", v[0], err)
+			return fmt.Errorf("reading the provisioning script: %w", err)
 		}
-		fmt.Fprintf(&in, "\\set %s %s\n", v[0], q)
+		var in bytes.Buffer
+		for _, v := range [][2]string{{"username", l.Username}, {"password", string(l.Password)}, {"database", l.Database}, {"owner", l.Owner}} {
+			q, err := psqlQuote(v[1])
+			if err != nil {
+				return fmt.Errorf("the %s of the login: %w", v[0], err)
+			}
+			fmt.Fprintf(&in, "\\set %s %s\n", v[0], q)
+		}
+		in.Write(script)
+		return p.run(ctx, engine, psql, &in, l.Password)
+	case MongoDB:
+		script, err := fs.ReadFile(charts.FS, provisionJS)
+		if err != nil {
+			return fmt.Errorf("reading the provisioning script: %w", err)
+		}
+		for _, v := range []string{l.Username, string(l.Password), l.Database} {
+			if v == "" || strings.ContainsAny(v, "\n\r\x00") {
+				return fmt.Errorf("a login's username, password and database must be one non-empty line each")
+			}
+		}
+		in := strings.NewReader(l.Username + "\n" + string(l.Password) + "\n" + l.Database + "\n")
+		return p.run(ctx, engine, append(slices.Clone(mongosh), string(script)), in, l.Password)
 	}
-	in.Write(script)
-	return p.run(ctx, engine, &in)
+	return fmt.Errorf("onprem does not change %s logins", engine)
 }
 
 // revokeSQL makes the login :'username' unable to log in (no LOGIN, no
@@ -78,24 +117,54 @@ SELECT count(pg_terminate_backend(pid)) AS ended FROM pg_stat_activity
 WHERE usename = :'username' AND pid <> pg_backend_pid() \gset
 `
 
-// Revoke implements Logins.
-func (p PodLogins) Revoke(ctx context.Context, engine, username string) error {
-	if engine != PostgreSQL {
-		return fmt.Errorf("onprem does not change %s logins", engine)
+// Revoke implements Logins. PostgreSQL: no LOGIN, no password, its
+// sessions ended. MongoDB: the user is given a new random password that
+// nobody holds (provisioning does it, so the user keeps nothing else).
+func (p PodLogins) Revoke(ctx context.Context, engine string, l Login) error {
+	switch engine {
+	case PostgreSQL:
+		q, err := psqlQuote(l.Username)
+		if err != nil {
+			return fmt.Errorf("the login to revoke: %w", err)
+		}
+		return p.run(ctx, engine, psql, strings.NewReader("\\set username "+q+"\n"+revokeSQL), nil)
+	case MongoDB:
+		pw, err := generatePassword()
+		if err != nil {
+			return err
+		}
+		l.Password = pw
+		return p.Grant(ctx, engine, l)
 	}
-	q, err := psqlQuote(username)
-	if err != nil {
-		return fmt.Errorf("the login to revoke: %w", err)
-	}
-	return p.run(ctx, engine, strings.NewReader("\\set username "+q+"\n"+revokeSQL))
+	return fmt.Errorf("onprem does not change %s logins", engine)
 }
 
-func (p PodLogins) run(ctx context.Context, engine string, stdin io.Reader) error {
+// run runs cmd in the engine's pod; a failure carries the end of what it
+// printed (the scripts print no value; password is redacted anyway).
+func (p PodLogins) run(ctx context.Context, engine string, cmd []string, stdin io.Reader, password []byte) error {
 	target, err := dbdump.Pod(ctx, p.Client, p.Namespace, engine)
 	if err != nil {
 		return err
 	}
-	return p.Exec.Exec(ctx, target, psql, stdin, io.Discard)
+	var out tail
+	if err := p.Exec.Exec(ctx, target, cmd, stdin, &out); err != nil {
+		if s := strings.TrimSpace(string(out.b)); s != "" {
+			err = fmt.Errorf("%w; it printed: %s", err, s)
+		}
+		return redactErr(err, password)
+	}
+	return nil
+}
+
+// tail keeps the last 2 KiB written to it.
+type tail struct{ b []byte }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 2048 {
+		t.b = t.b[len(t.b)-2048:]
+	}
+	return len(p), nil
 }
 
 // psqlQuote quotes a value as one argument of a psql meta-command: single

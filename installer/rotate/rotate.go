@@ -127,9 +127,13 @@ func rotateCommand(kind, name string) string {
 	switch {
 	case kind == KindCertificate:
 		return "onprem rotate certificates"
-	case kind == KindCredential && strings.HasPrefix(name, "onprem-") && strings.HasSuffix(name, "-"+PostgreSQL) && name != credentials.PostgreSQLAdmin:
-		svc := strings.TrimSuffix(strings.TrimPrefix(name, "onprem-"), "-"+PostgreSQL)
-		return "onprem rotate credentials --component " + svc
+	case kind == KindCredential && name != credentials.PostgreSQLAdmin && name != credentials.MongoDBAdmin:
+		for _, engine := range []string{PostgreSQL, MongoDB} {
+			svc, ok := strings.CutSuffix(strings.TrimPrefix(name, "onprem-"), "-"+engine)
+			if ok && svc != "" && name == credentials.ServiceSecret(svc, engine) {
+				return "onprem rotate credentials --component " + svc + " --database " + engine
+			}
+		}
 	}
 	return ""
 }

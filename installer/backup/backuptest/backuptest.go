@@ -83,13 +83,14 @@ type Call struct {
 	Err    error
 }
 
-// NewExec builds the mongodump and mongorestore stand-ins (Go's build
-// cache makes this quick after the first time) and returns the executor.
+// NewExec builds the mongodump, mongorestore and mongosh stand-ins (Go's
+// build cache makes this quick after the first time) and returns the
+// executor.
 func NewExec(t testing.TB, s *Servers) *Exec {
 	t.Helper()
 	bin := t.TempDir()
 	root := moduleRoot(t)
-	for _, tool := range []string{"mongodump", "mongorestore"} {
+	for _, tool := range []string{"mongodump", "mongorestore", "mongosh"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, tool), "./e2e/images/cmd/"+tool)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
