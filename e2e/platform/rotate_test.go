@@ -24,7 +24,6 @@ import (
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/dbdump"
 	"onprem.dev/onprem/installer/podexec"
-	"onprem.dev/onprem/installer/rotate"
 )
 
 // afterRotation is how long traffic goes on after each rotation (about 50
@@ -168,16 +167,16 @@ func (e *env) handshake(caPEM []byte) error {
 	return c.Close()
 }
 
-// rotateCredentials rotates the services' PostgreSQL logins while clients
-// read records through the ingress controller (MongoDB-backed services)
-// and through audit-manager (PostgreSQL, by the API server's service
-// proxy): no request may fail, the records are all there afterwards, and
-// PostgreSQL refuses the old login while it takes the new one.
+// rotateCredentials rotates the services' database logins (PostgreSQL
+// and MongoDB) while clients read records through the ingress controller
+// (pipelines-api and gitops-api: MongoDB) and through audit-manager
+// (PostgreSQL, by the API server's service proxy): no request may fail,
+// the records are all there afterwards, and PostgreSQL refuses the old
+// login while it takes the new one.
 func (e *env) rotateCredentials(ctx context.Context, paths []string, records map[string]string) {
 	t := e.t
-	const secret = "onprem-audit-manager-postgresql"
-	readSecret := func() *corev1.Secret {
-		s, err := e.cluster.Client.CoreV1().Secrets(namespace).Get(ctx, secret, metav1.GetOptions{})
+	readSecret := func(name string) *corev1.Secret {
+		s, err := e.cluster.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,14 +187,14 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 		key = k
 		break
 	}
-	e.step("PostgreSQL logins rotated under traffic: no request fails, the old login is refused", func() {
-		old := readSecret()
+	e.step("database logins rotated under traffic (rotate credentials --all): no request fails, the old login is refused", func() {
+		oldPG, oldMongo := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb")
 		proxied := e.startProxyTraffic(ctx, "audit-manager", "records/"+key)
-		var res rotate.CredentialsResult
-		r := e.underTraffic("PostgreSQL logins rotated", func() {
+		var res action.RotateCredentialsResult
+		r := e.underTraffic("database logins rotated", func() {
 			e.onpremJSON(&res, "rotate", "credentials", "--all", "--namespace", namespace, "--kubeconfig", e.kubeconfig, "--timeout", "4m")
 		}, paths...)
-		pr := proxied.stop("PostgreSQL logins rotated (audit-manager through the service proxy)")
+		pr := proxied.stop("database logins rotated (audit-manager through the service proxy)")
 		e.timing.traffic = append(e.timing.traffic, pr)
 		t.Logf("traffic to audit-manager during the rotation: %s", pr)
 		for _, res := range []trafficResult{r, pr} {
@@ -203,23 +202,31 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 				t.Fatalf("%s: %d of %d requests failed: %v", res.Operation, res.Failed, res.Sent, res.Examples)
 			}
 		}
-		if len(res.Logins) == 0 || !slices.Contains(res.Restarted, "Deployment/audit-manager") {
-			t.Fatalf("the rotation switched %v and restarted %v", res.Logins, res.Restarted)
+		var restarted []string
+		switched := 0
+		for _, er := range res.Engines {
+			restarted = append(restarted, er.Restarted...)
+			switched += len(er.Logins)
 		}
+		if len(res.Engines) != 2 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
+			t.Fatalf("the rotation switched %d logins on %d engines and restarted %v", switched, len(res.Engines), restarted)
+		}
+		t.Logf("switched %d logins; restarted %v", switched, restarted)
 		e.checkRecords(ctx, records)
 
-		now := readSecret()
-		if bytes.Equal(now.Data["password"], old.Data["password"]) || bytes.Equal(now.Data["username"], old.Data["username"]) {
-			t.Fatal("the Secret holds the same login after the rotation")
+		for _, old := range []*corev1.Secret{oldPG, oldMongo} {
+			if now := readSecret(old.Name); bytes.Equal(now.Data["password"], old.Data["password"]) || bytes.Equal(now.Data["username"], old.Data["username"]) {
+				t.Fatalf("%s holds the same login after the rotation", old.Name)
+			}
 		}
-		if err := e.pgLogin(ctx, now); err != nil {
+		if err := e.pgLogin(ctx, readSecret(oldPG.Name)); err != nil {
 			t.Fatalf("PostgreSQL refuses the new login: %v", err)
 		}
-		err := e.pgLogin(ctx, old)
+		err := e.pgLogin(ctx, oldPG)
 		if err == nil || !strings.Contains(err.Error(), "authentication failed") && !strings.Contains(err.Error(), "not permitted to log in") {
 			t.Fatalf("PostgreSQL and the old login: %v, want it refused", err)
 		}
-		t.Logf("the old login: %v", err)
+		t.Logf("the old PostgreSQL login: %v", err)
 	})
 }
 
