@@ -101,4 +101,7 @@ func printInstall(w io.Writer, res *action.InstallResult) {
 	if res.CertificateRenewal != "" {
 		fmt.Fprintf(w, "certificate: %s\n", res.CertificateRenewal)
 	}
+	if res.CredentialRotation != "" {
+		fmt.Fprintf(w, "credentials: %s\n", res.CredentialRotation)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -14,6 +15,7 @@ import (
 	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/rotate"
 	"onprem.dev/onprem/installer/runner"
@@ -59,6 +61,9 @@ type Install struct {
 	// RuntimeFetch says where the runtimes of spec.runtimes[] get their
 	// chart and how Git hosts are reached.
 	RuntimeFetch RuntimeFetch
+	// Exec runs the database clients of a credential rotation that
+	// spec.rotation asks for (default: in the engines' pods).
+	Exec podexec.Executor
 }
 
 // InstallResult is what an install did.
@@ -75,6 +80,10 @@ type InstallResult struct {
 	// did to the serving certificate: renewed, or due and why not ("" when
 	// not due or not asked for).
 	CertificateRenewal string `json:"certificateRenewal,omitempty"`
+	// CredentialRotation says what spec.rotation.credentialsMaxAgeDays
+	// did: the logins rotated, or why not ("" when none was due or it is
+	// not asked for).
+	CredentialRotation string `json:"credentialRotation,omitempty"`
 	// Runners are the runners of spec.runners[], installed or converged
 	// after the components; UndeclaredRunners are the other runners
 	// registered with the installation, left alone.
@@ -216,6 +225,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		}
 		return out, err
 	}
+	out.CredentialRotation = rotateCredentialsIfDue(ctx, cl, i.Exec, res.Namespace, in, st, i.Timeout)
 	st.ConfigDigest = digest
 	// Backups carry the configuration that made the platform (with its
 	// overlay folders), so a restore can make it again anywhere.
@@ -225,7 +235,11 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		}
 		return out, err
 	}
-	if err := finish(state.OutcomeSucceeded, fmt.Sprintf("%d components ready", len(arep.Components))); err != nil {
+	msg := fmt.Sprintf("%d components ready", len(arep.Components))
+	if out.CredentialRotation != "" {
+		msg += "; credentials " + out.CredentialRotation
+	}
+	if err := finish(state.OutcomeSucceeded, msg); err != nil {
 		return out, err
 	}
 	return out, nil
@@ -259,6 +273,53 @@ func (e *VersionChangeError) Error() string {
 	return fmt.Sprintf("platform %s is installed in namespace %s but the configuration asks for %s: install does not change versions; "+
 		"run `onprem upgrade plan --to %s` then `onprem upgrade apply --to %s` (or set spec.version back to %s)",
 		e.Installed, e.Namespace, e.Configured, e.Configured, e.Configured, e.Installed)
+}
+
+// rotateCredentialsIfDue rotates the services' own database logins that
+// spec.rotation.credentialsMaxAgeDays says are old, once the platform has
+// converged (installer/rotate), and finishes interrupted rotations. As
+// with the certificate, a rotation that fails does not fail the install:
+// every service keeps a login its database accepts, and the result and
+// the log say what happened and what to run.
+func rotateCredentialsIfDue(ctx context.Context, cl *kube.Cluster, ex podexec.Executor, ns string, in *config.Installation, st *state.State, timeout time.Duration) string {
+	days := in.Spec.Rotation.CredentialsMaxAgeDays
+	if days <= 0 {
+		return ""
+	}
+	if ex == nil {
+		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
+	}
+	var done []string
+	for _, engine := range credentialEngines {
+		if _, ok := st.Components[engine]; !ok {
+			continue // external, or not used: the operator's
+		}
+		due, err := rotate.Due(ctx, cl.Client, ns, engine, time.Duration(days)*24*time.Hour, time.Now())
+		if err == nil && len(due) == 0 {
+			continue
+		}
+		var res *rotate.CredentialsResult
+		if err == nil {
+			res, err = rotate.Credentials(ctx, rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: engine, Services: due,
+				RolloutTimeout: timeout, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex},
+				Progress: func(line string) { slog.Info("credential rotation: " + line) }})
+		}
+		if err != nil {
+			msg := fmt.Sprintf("%s logins are due for rotation (spec.rotation.credentialsMaxAgeDays) but were not all rotated: %v; "+
+				"every service keeps a login its database accepts: run 'onprem rotate credentials --database %s' to finish", engine, err, engine)
+			slog.Warn(msg)
+			done = append(done, msg)
+			continue
+		}
+		for _, l := range res.Logins {
+			done = append(done, engine+" "+l.Service+" "+l.From+" → "+l.To)
+		}
+	}
+	if len(done) == 0 {
+		return ""
+	}
+	slog.Info("credentials rotated (spec.rotation.credentialsMaxAgeDays)", "logins", strings.Join(done, ", "))
+	return "rotated (spec.rotation.credentialsMaxAgeDays): " + strings.Join(done, ", ")
 }
 
 // renewIfDue renews the self-signed serving certificate when

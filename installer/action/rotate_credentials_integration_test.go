@@ -409,6 +409,50 @@ func TestRotateCredentials(t *testing.T) {
 		}
 	}
 
+	// spec.rotation.credentialsMaxAgeDays: an install rotates the logins
+	// older than that (one of each engine, aged here), and only those.
+	aged := map[string]bool{}
+	for _, e := range engines {
+		for name := range second[e] {
+			s, err := c.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Annotations[rotate.AnnotationRotatedAt] = time.Now().Add(-10 * 24 * time.Hour).UTC().Format(time.RFC3339)
+			if _, err := c.Client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			aged[name] = true
+			break
+		}
+	}
+	src7, _ := clusterConfig(t, c, smallPlatform+"  rotation: {credentialsMaxAgeDays: 7}\n")
+	inst, err := (&Install{Source: src7, Cluster: cl, Timeout: 2 * time.Minute, Exec: ex}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(inst.CredentialRotation, "rotated (spec.rotation.credentialsMaxAgeDays): ") || strings.Count(inst.CredentialRotation, "→") != 2 {
+		t.Errorf("the install's credential rotation: %q", inst.CredentialRotation)
+	}
+	third := loginSecrets()
+	for _, e := range engines {
+		for name, s := range third[e] {
+			o := second[e][name]
+			switched := string(s.Data["username"]) != string(o.Data["username"])
+			if switched != aged[name] {
+				t.Errorf("%s (aged %v): switched %v by the install", name, aged[name], switched)
+			}
+			if aged[name] && srv.canLogin(ctx, e, string(o.Data["username"]), string(o.Data["password"]), string(o.Data["database"])) {
+				t.Errorf("%s: the login the install rotated away from is still accepted", name)
+			}
+		}
+	}
+	everyServiceConnects("after the install's rotation")
+	if again, err := (&Install{Source: src7, Cluster: cl, Timeout: 2 * time.Minute, Exec: ex}).Run(ctx); err != nil || again.CredentialRotation != "" {
+		t.Errorf("an install with nothing due: rotation %q, %v", again.CredentialRotation, err)
+	}
+	second = third
+
 	// Refusals: nothing changed, nothing recorded, exit code 2.
 	history = len(loadState(t, c.Client).History)
 	for _, r := range []*RotateCredentials{

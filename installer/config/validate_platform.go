@@ -33,7 +33,14 @@ func (v *validator) rotation(s *Spec) {
 		v.c.add(path, "e.g. 365 renews the certificate once a year; 0 never renews it by itself",
 			"%d: give the age in days after which 'onprem install' renews the certificate, 1 to %d", days, MaxCertificateAgeDays)
 	}
+	if days := s.Rotation.CredentialsMaxAgeDays; days < 0 || days > MaxCredentialsAgeDays {
+		v.c.add("spec.rotation.credentialsMaxAgeDays", "e.g. 90 rotates the services' database logins every 90 days; 0 never rotates them by itself",
+			"%d: give the age in days after which 'onprem install' rotates a service's database login, 1 to %d", days, MaxCredentialsAgeDays)
+	}
 }
+
+// MaxCredentialsAgeDays is the largest spec.rotation.credentialsMaxAgeDays.
+const MaxCredentialsAgeDays = 3650
 
 func (v *validator) ingress(s *Spec) {
 	in := s.Ingress

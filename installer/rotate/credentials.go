@@ -274,6 +274,32 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 	return res, nil
 }
 
+// Due lists the services of engine whose own login is older than maxAge
+// (since its last rotation, else its creation), and those a rotation was
+// interrupted in: what spec.rotation.credentialsMaxAgeDays rotates.
+func Due(ctx context.Context, c kubernetes.Interface, ns, engine string, maxAge time.Duration, now time.Time) ([]string, error) {
+	all, err := serviceLogins(ctx, c, ns, engine, nil)
+	var re *RefusedError
+	if errors.As(err, &re) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range all {
+		since := l.secret.CreationTimestamp.Time
+		if t, err := time.Parse(time.RFC3339, l.secret.Annotations[AnnotationRotatedAt]); err == nil {
+			since = t
+		}
+		pending := len(l.secret.Data[keyNextUsername]) > 0 || l.secret.Annotations[AnnotationRetire] != ""
+		if pending || now.Sub(since) > maxAge {
+			out = append(out, l.service)
+		}
+	}
+	return out, nil
+}
+
 // generatePassword makes a password as onprem generates them.
 func generatePassword() ([]byte, error) {
 	data, err := secrets.Generate(credentials.Secret{Name: "rotation", Keys: []credentials.Key{{Name: "p", Kind: credentials.Password}}}, secrets.GenerateOptions{})
