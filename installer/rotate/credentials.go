@@ -223,6 +223,12 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 			s.Data[KeyOwner] = []byte(l.owner())
 			s.Data[keyNextUsername] = []byte(l.next())
 			s.Data[keyNextPassword] = pw
+			// Login names are no secret: a support bundle's redaction
+			// leaves them alone, as it does the username.
+			if s.Annotations == nil {
+				s.Annotations = map[string]string{}
+			}
+			s.Annotations[secrets.AnnotationPublicKeys] = addKeys(s.Annotations[secrets.AnnotationPublicKeys], KeyOwner, keyNextUsername)
 			if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 				return nil, fmt.Errorf("writing the next login of %s: %w", ref, err)
 			}
@@ -377,6 +383,19 @@ func secretNames(logins []serviceLogin) []string {
 		out = append(out, l.secret.Name)
 	}
 	return out
+}
+
+// addKeys adds keys to a comma-separated list of key names.
+func addKeys(list string, keys ...string) string {
+	var out []string
+	for _, k := range strings.Split(list, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	out = append(out, keys...)
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), ",")
 }
 
 // redactErr replaces a password in an error's text.

@@ -48,7 +48,8 @@ func (r *recordingLogins) Revoke(_ context.Context, _ string, l Login) error {
 func serviceSecret(svc, user string) *corev1.Secret {
 	db := strings.ReplaceAll(svc, "-", "_")
 	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "onprem-" + svc + "-postgresql", Namespace: "onprem",
-		Labels: map[string]string{secrets.LabelGenerated: "true"}},
+		Labels:      map[string]string{secrets.LabelGenerated: "true"},
+		Annotations: map[string]string{secrets.AnnotationPublicKeys: "database,username"}},
 		Data: map[string][]byte{"username": []byte(user), "password": []byte("Old-Password-" + svc), "database": []byte(db)}}
 }
 
@@ -89,7 +90,8 @@ func TestCredentialsOrderAndResume(t *testing.T) {
 	}
 	s, _ := c.CoreV1().Secrets("onprem").Get(ctx, "onprem-audit-manager-postgresql", metav1.GetOptions{})
 	if string(s.Data["password"]) != "New-Password-1" || string(s.Data[KeyOwner]) != "audit_manager" || s.Data[keyNextPassword] != nil ||
-		s.Annotations[AnnotationRetire] != "" || s.Annotations[AnnotationRotatedAt] == "" {
+		s.Annotations[AnnotationRetire] != "" || s.Annotations[AnnotationRotatedAt] == "" ||
+		s.Annotations[secrets.AnnotationPublicKeys] != "database,next-username,owner,username" {
 		t.Errorf("the Secret after the rotation: keys %v, annotations %v", s.Data, s.Annotations)
 	}
 	other, _ := c.CoreV1().Secrets("onprem").Get(ctx, "onprem-analytics-reporter-postgresql", metav1.GetOptions{})
