@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/rotate"
@@ -243,9 +244,16 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 				}
 				continue
 			}
-			have, err := rotate.ServiceLogins(ctx, cl.Client, ns, e)
+			have, theirs, err := rotate.ServiceLogins(ctx, cl.Client, ns, e)
 			if err != nil {
 				return nil, err
+			}
+			for _, c := range r.Components {
+				if slices.Contains(theirs, c) {
+					return nil, inputErr(fmt.Errorf("secret %s holds %s's %s login but is your own (it lacks the label onprem.dev/generated=true), "+
+						"so onprem never changes it: rotate that login where it comes from, then update the Secret and restart the service",
+						credentials.ServiceSecret(c, e), c, e))
+				}
 			}
 			services := have
 			if len(r.Components) > 0 {

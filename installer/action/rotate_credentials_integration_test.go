@@ -454,17 +454,29 @@ func TestRotateCredentials(t *testing.T) {
 	second = third
 
 	// Refusals: nothing changed, nothing recorded, exit code 2.
+	own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "onprem-billing-postgresql", Namespace: ns},
+		Data: map[string][]byte{"username": []byte("billing"), "password": []byte("Operators-Own-1"), "database": []byte("billing")}}
+	if _, err := c.Client.CoreV1().Secrets(ns).Create(ctx, own, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	history = len(loadState(t, c.Client).History)
-	for _, r := range []*RotateCredentials{
-		{Engines: []string{"redis"}},
-		{Components: []string{"no-such-service"}},
+	for _, tc := range []struct {
+		r    *RotateCredentials
+		want string
+	}{
+		{&RotateCredentials{Engines: []string{"redis"}}, `"redis"`},
+		{&RotateCredentials{Components: []string{"no-such-service"}}, `"no-such-service" has no database login of its own`},
+		{&RotateCredentials{Components: []string{"billing"}}, "onprem-billing-postgresql holds billing's postgresql login but is your own"},
 	} {
-		r.Target, r.Exec = target, ex
-		_, err := r.Run(ctx)
+		tc.r.Target, tc.r.Exec = target, ex
+		_, err := tc.r.Run(ctx)
 		var ie *InputError
-		if !errors.As(err, &ie) {
-			t.Errorf("rotating %v %v: %v, want an input error", r.Engines, r.Components, err)
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rotating %v %v: %v, want an input error saying %s", tc.r.Engines, tc.r.Components, err, tc.want)
 		}
+	}
+	if s, err := c.Client.CoreV1().Secrets(ns).Get(ctx, own.Name, metav1.GetOptions{}); err != nil || string(s.Data["password"]) != "Operators-Own-1" {
+		t.Errorf("the operator's own Secret: %v", err)
 	}
 	if len(loadState(t, c.Client).History) != history || !reflect.DeepEqual(loginData(loginSecrets()), loginData(second)) {
 		t.Error("a refused rotation changed a Secret or the history")

@@ -313,32 +313,40 @@ func generatePassword() ([]byte, error) {
 }
 
 // ServiceLogins lists the services with a login of their own on engine in
-// namespace (none: an empty list).
-func ServiceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string) ([]string, error) {
+// namespace that onprem rotates, and those whose login Secret is the
+// operator's own (which onprem never changes).
+func ServiceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string) (onprem, operator []string, err error) {
 	all, err := serviceLogins(ctx, c, ns, engine, nil)
 	var re *RefusedError
-	if errors.As(err, &re) {
-		return nil, nil
+	if err != nil && !errors.As(err, &re) {
+		return nil, nil, err
 	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
 	for _, l := range all {
-		out = append(out, l.service)
+		onprem = append(onprem, l.service)
 	}
-	return out, nil
+	l, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the Secrets of %s: %w", ns, err)
+	}
+	for _, s := range l.Items {
+		svc, ok := strings.CutSuffix(strings.TrimPrefix(s.Name, "onprem-"), "-"+engine)
+		if ok && svc != "" && s.Name == credentials.ServiceSecret(svc, engine) && s.Labels[secrets.LabelGenerated] != "true" {
+			operator = append(operator, svc)
+		}
+	}
+	return onprem, operator, nil
 }
 
 // serviceLogins reads the services' Secrets of engine that onprem
 // generated (onprem-<service>-<engine>, with a username, password and
 // database), limited to services when given.
 func serviceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string, services []string) ([]serviceLogin, error) {
-	l, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: secrets.LabelGenerated + "=true"})
+	l, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the Secrets of %s: %w", ns, err)
 	}
 	var all []serviceLogin
+	operators := map[string]string{} // service → its Secret, the operator's own
 	for i := range l.Items {
 		s := &l.Items[i]
 		svc, ok := strings.CutPrefix(s.Name, "onprem-")
@@ -348,10 +356,20 @@ func serviceLogins(ctx context.Context, c kubernetes.Interface, ns, engine strin
 		if svc, ok = strings.CutSuffix(svc, "-"+engine); !ok || svc == "" || s.Name != credentials.ServiceSecret(svc, engine) {
 			continue
 		}
+		if s.Labels[secrets.LabelGenerated] != "true" {
+			operators[svc] = s.Name
+			continue
+		}
 		if len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 || len(s.Data["database"]) == 0 {
 			continue
 		}
 		all = append(all, serviceLogin{service: svc, secret: s})
+	}
+	for _, want := range services {
+		if name, ok := operators[want]; ok {
+			return nil, refused("secret %s/%s holds %s's %s login but is your own (it lacks the label %s=true), so onprem never changes it: "+
+				"rotate that login where it comes from, then update the Secret and restart the service", ns, name, want, engine, secrets.LabelGenerated)
+		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].service < all[j].service })
 	if len(all) == 0 {

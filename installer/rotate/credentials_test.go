@@ -133,7 +133,9 @@ func TestCredentialsOrderAndResume(t *testing.T) {
 // Refusals name the problem and change nothing.
 func TestCredentialsRefusals(t *testing.T) {
 	ctx := context.Background()
-	c := fake.NewSimpleClientset(serviceSecret("audit-manager", "audit_manager"))
+	own := serviceSecret("billing", "billing")
+	delete(own.Labels, secrets.LabelGenerated)
+	c := fake.NewSimpleClientset(serviceSecret("audit-manager", "audit_manager"), own)
 	logins := &recordingLogins{c: c}
 	for _, tc := range []struct {
 		o    CredentialsOptions
@@ -143,6 +145,7 @@ func TestCredentialsRefusals(t *testing.T) {
 		{CredentialsOptions{Engine: "redis"}, `"redis"`},
 		{CredentialsOptions{Engine: PostgreSQL, Services: []string{"nope"}}, `"nope" has no postgresql login of its own; these do: audit-manager`},
 		{CredentialsOptions{Engine: PostgreSQL, Namespace: "elsewhere"}, "no service has a postgresql login"},
+		{CredentialsOptions{Engine: PostgreSQL, Services: []string{"billing"}}, "onprem-billing-postgresql holds billing's postgresql login but is your own"},
 	} {
 		o := tc.o
 		o.Client, o.Logins = c, logins
