@@ -241,3 +241,25 @@ func TestRotateCommand(t *testing.T) {
 		}
 	}
 }
+
+// A rollout is not over while a replaced pod terminates: it may be
+// finishing a request with the old login.
+func TestTerminatingPods(t *testing.T) {
+	now := metav1.Now()
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}}
+	pod := func(name string, deleted bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem", Labels: map[string]string{"app": "a"}, Finalizers: []string{"x"}}}
+		if deleted {
+			p.DeletionTimestamp = &now
+		}
+		return p
+	}
+	c := fake.NewSimpleClientset(pod("new", false), pod("old", true))
+	if why, err := terminating(context.Background(), c, "onprem", sel); err != nil || why != "1 replaced pods still terminating" {
+		t.Errorf("with a terminating pod: %q, %v", why, err)
+	}
+	c = fake.NewSimpleClientset(pod("new", false))
+	if why, err := terminating(context.Background(), c, "onprem", sel); err != nil || why != "" {
+		t.Errorf("without: %q, %v", why, err)
+	}
+}

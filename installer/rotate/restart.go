@@ -155,22 +155,27 @@ func restart(ctx context.Context, c kubernetes.Interface, ns string, names []str
 }
 
 // waitRolledOut waits until w's pods are all of its current template,
-// and ready.
+// and ready, and its replaced pods are gone: one still terminating may be
+// finishing a request with the old login.
 func waitRolledOut(ctx context.Context, c kubernetes.Interface, ns string, w workload, timeout time.Duration) error {
 	var why string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
+		var selector *metav1.LabelSelector
 		switch w.kind {
 		case "Deployment":
 			var d *appsv1.Deployment
 			if d, err = c.AppsV1().Deployments(ns).Get(ctx, w.name, metav1.GetOptions{}); err == nil {
-				why = deploymentPending(d)
+				why, selector = deploymentPending(d), d.Spec.Selector
 			}
 		default:
 			var s *appsv1.StatefulSet
 			if s, err = c.AppsV1().StatefulSets(ns).Get(ctx, w.name, metav1.GetOptions{}); err == nil {
-				why = statefulSetPending(s)
+				why, selector = statefulSetPending(s), s.Spec.Selector
 			}
+		}
+		if err == nil && why == "" {
+			why, err = terminating(ctx, c, ns, selector)
 		}
 		if err != nil {
 			why = err.Error()
@@ -183,6 +188,29 @@ func waitRolledOut(ctx context.Context, c kubernetes.Interface, ns string, w wor
 			w, timeout, why, ns, strings.ToLower(w.kind)+"/"+w.name)
 	}
 	return nil
+}
+
+// terminating says how many of the selected pods are still terminating
+// ("" when none).
+func terminating(ctx context.Context, c kubernetes.Interface, ns string, selector *metav1.LabelSelector) (string, error) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return "", err
+	}
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return "", err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			n++
+		}
+	}
+	if n > 0 {
+		return fmt.Sprintf("%d replaced pods still terminating", n), nil
+	}
+	return "", nil
 }
 
 func replicas(p *int32) int32 {
