@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -40,7 +41,24 @@ import (
 
 func TestMain(m *testing.M) {
 	sandbox.Main() // the sandbox processes are this binary, re-executed
+	// The Traefik binary is the longest build of an empty cache (its
+	// modules, then a large compile: more than half an hour on a busy
+	// 2-core machine). It starts at once, beside the tests that build the
+	// Debian-based images (downloads and file copies, mostly), instead of
+	// when the test that needs it comes; that test waits on the build's
+	// lock and finds it done. A failure here is that test's to report.
+	prebuilt := make(chan struct{})
+	go func() {
+		defer close(prebuilt)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
+		defer cancel()
+		b := &builder{dir: CacheDir(), log: func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) }}
+		if _, err := b.traefikBinary(ctx); err != nil {
+			slog.Warn("images: building the Traefik binary ahead of its test", "error", err)
+		}
+	}()
 	code := m.Run()
+	<-prebuilt
 	cleanupUnpacked()
 	os.Exit(code)
 }
