@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -267,20 +266,7 @@ func (e *env) startProxyTraffic(ctx context.Context, service, path string) *traf
 			if ctx.Err() != nil {
 				return
 			}
-			tr.mu.Lock()
-			tr.sent++
-			if err != nil {
-				now := time.Now()
-				if tr.failed == 0 {
-					tr.firstFail = now
-				}
-				tr.failed++
-				tr.lastFail = now
-				if len(tr.examples) < 5 {
-					tr.examples = append(tr.examples, fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err))
-				}
-			}
-			tr.mu.Unlock()
+			tr.record(path, err)
 		}
 	}()
 	return tr

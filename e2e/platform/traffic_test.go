@@ -76,25 +76,30 @@ func (e *env) startTraffic(paths ...string) *traffic {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := get(client, path)
-				tr.mu.Lock()
-				defer tr.mu.Unlock()
-				tr.sent++
-				if err != nil {
-					now := time.Now()
-					if tr.failed == 0 {
-						tr.firstFail = now
-					}
-					tr.failed++
-					tr.lastFail = now
-					if len(tr.examples) < 5 {
-						tr.examples = append(tr.examples, fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err))
-					}
-				}
+				tr.record(path, get(client, path))
 			}()
 		}
 	}()
 	return tr
+}
+
+// record counts one request to path and, when err is not nil, its failure.
+func (tr *traffic) record(path string, err error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.sent++
+	if err == nil {
+		return
+	}
+	now := time.Now()
+	if tr.failed == 0 {
+		tr.firstFail = now
+	}
+	tr.failed++
+	tr.lastFail = now
+	if len(tr.examples) < 5 {
+		tr.examples = append(tr.examples, fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err))
+	}
 }
 
 func get(client *http.Client, path string) error {
