@@ -286,9 +286,6 @@ func rotateCredentialsIfDue(ctx context.Context, cl *kube.Cluster, ex podexec.Ex
 	if days <= 0 {
 		return ""
 	}
-	if ex == nil {
-		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
-	}
 	var done []string
 	for _, engine := range credentialEngines {
 		if _, ok := st.Components[engine]; !ok {
@@ -300,9 +297,8 @@ func rotateCredentialsIfDue(ctx context.Context, cl *kube.Cluster, ex podexec.Ex
 		}
 		var res *rotate.CredentialsResult
 		if err == nil {
-			res, err = rotate.Credentials(ctx, rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: engine, Services: due,
-				RolloutTimeout: timeout, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex},
-				Progress: func(line string) { slog.Info("credential rotation: " + line) }})
+			res, err = rotate.Credentials(ctx, credentialOptions(cl, ex, ns, engine, due, timeout,
+				func(line string) { slog.Info("credential rotation: " + line) }))
 		}
 		if err != nil {
 			msg := fmt.Sprintf("%s logins are due for rotation (spec.rotation.credentialsMaxAgeDays) but were not all rotated: %v; "+

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/rotate"
@@ -216,9 +215,6 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		return nil, err
 	}
 	ex := r.Exec
-	if ex == nil {
-		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
-	}
 	// plan is, per engine, the options of its rotation, from what the
 	// installation runs and which services have logins where.
 	plan := func(st *state.State) ([]rotate.CredentialsOptions, error) {
@@ -250,9 +246,7 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 			}
 			for _, c := range r.Components {
 				if slices.Contains(theirs, c) {
-					return nil, inputErr(fmt.Errorf("secret %s holds %s's %s login but is your own (it lacks the label onprem.dev/generated=true), "+
-						"so onprem never changes it: rotate that login where it comes from, then update the Secret and restart the service",
-						credentials.ServiceSecret(c, e), c, e))
+					return nil, inputErr(rotate.OwnLoginRefused(ns, e, c))
 				}
 			}
 			services := have
@@ -268,8 +262,9 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 			if len(services) == 0 {
 				continue
 			}
-			out = append(out, rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: e, Services: services, DryRun: r.DryRun,
-				RolloutTimeout: r.Timeout, Progress: r.Progress, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex}})
+			o := credentialOptions(cl, ex, ns, e, services, r.Timeout, r.Progress)
+			o.DryRun = r.DryRun
+			out = append(out, o)
 		}
 		for _, c := range r.Components {
 			if !covered[c] {
@@ -342,4 +337,14 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		return nil, fmt.Errorf("credentials rotated, but recording it failed: %w", err)
 	}
 	return res, nil
+}
+
+// credentialOptions are the options of a rotation of engine's logins of
+// services in ns, run with ex in the engine's pod (podexec.Kube when nil).
+func credentialOptions(cl *kube.Cluster, ex podexec.Executor, ns, engine string, services []string, timeout time.Duration, progress func(string)) rotate.CredentialsOptions {
+	if ex == nil {
+		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
+	}
+	return rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: engine, Services: services, RolloutTimeout: timeout,
+		Progress: progress, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex}}
 }

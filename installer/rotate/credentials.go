@@ -284,11 +284,7 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 // (since its last rotation, else its creation), and those a rotation was
 // interrupted in: what spec.rotation.credentialsMaxAgeDays rotates.
 func Due(ctx context.Context, c kubernetes.Interface, ns, engine string, maxAge time.Duration, now time.Time) ([]string, error) {
-	all, err := serviceLogins(ctx, c, ns, engine, nil)
-	var re *RefusedError
-	if errors.As(err, &re) {
-		return nil, nil
-	}
+	all, _, err := readLogins(ctx, c, ns, engine)
 	if err != nil {
 		return nil, err
 	}
@@ -316,62 +312,72 @@ func generatePassword() ([]byte, error) {
 // namespace that onprem rotates, and those whose login Secret is the
 // operator's own (which onprem never changes).
 func ServiceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string) (onprem, operator []string, err error) {
-	all, err := serviceLogins(ctx, c, ns, engine, nil)
-	var re *RefusedError
-	if err != nil && !errors.As(err, &re) {
+	all, operators, err := readLogins(ctx, c, ns, engine)
+	if err != nil {
 		return nil, nil, err
 	}
 	for _, l := range all {
 		onprem = append(onprem, l.service)
 	}
+	for svc := range operators {
+		operator = append(operator, svc)
+	}
+	slices.Sort(operator)
+	return onprem, operator, nil
+}
+
+// OwnLoginRefused is the refusal to rotate a service's login held in a
+// Secret that is the operator's own.
+func OwnLoginRefused(ns, engine, service string) error {
+	return refused("secret %s/%s holds %s's %s login but is your own (it lacks the label %s=true), so onprem never changes it: "+
+		"rotate that login where it comes from, then update the Secret and restart the service",
+		ns, credentials.ServiceSecret(service, engine), service, engine, secrets.LabelGenerated)
+}
+
+// serviceOf is the service whose engine login Secret name is.
+func serviceOf(name, engine string) (string, bool) {
+	svc, ok := strings.CutSuffix(strings.TrimPrefix(name, "onprem-"), "-"+engine)
+	return svc, ok && svc != "" && name == credentials.ServiceSecret(svc, engine)
+}
+
+// readLogins reads, sorted by service, the services' login Secrets of
+// engine that onprem generated (with a username, password and database),
+// and the services whose login Secret is the operator's own.
+func readLogins(ctx context.Context, c kubernetes.Interface, ns, engine string) ([]serviceLogin, map[string]bool, error) {
 	l, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing the Secrets of %s: %w", ns, err)
 	}
-	for _, s := range l.Items {
-		svc, ok := strings.CutSuffix(strings.TrimPrefix(s.Name, "onprem-"), "-"+engine)
-		if ok && svc != "" && s.Name == credentials.ServiceSecret(svc, engine) && s.Labels[secrets.LabelGenerated] != "true" {
-			operator = append(operator, svc)
-		}
-	}
-	return onprem, operator, nil
-}
-
-// serviceLogins reads the services' Secrets of engine that onprem
-// generated (onprem-<service>-<engine>, with a username, password and
-// database), limited to services when given.
-func serviceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string, services []string) ([]serviceLogin, error) {
-	l, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("listing the Secrets of %s: %w", ns, err)
-	}
 	var all []serviceLogin
-	operators := map[string]string{} // service → its Secret, the operator's own
+	operators := map[string]bool{}
 	for i := range l.Items {
 		s := &l.Items[i]
-		svc, ok := strings.CutPrefix(s.Name, "onprem-")
-		if !ok {
-			continue
-		}
-		if svc, ok = strings.CutSuffix(svc, "-"+engine); !ok || svc == "" || s.Name != credentials.ServiceSecret(svc, engine) {
-			continue
-		}
-		if s.Labels[secrets.LabelGenerated] != "true" {
-			operators[svc] = s.Name
-			continue
-		}
-		if len(s.Data["username"]) == 0 || len(s.Data["password"]) == 0 || len(s.Data["database"]) == 0 {
-			continue
-		}
-		all = append(all, serviceLogin{service: svc, secret: s})
-	}
-	for _, want := range services {
-		if name, ok := operators[want]; ok {
-			return nil, refused("secret %s/%s holds %s's %s login but is your own (it lacks the label %s=true), so onprem never changes it: "+
-				"rotate that login where it comes from, then update the Secret and restart the service", ns, name, want, engine, secrets.LabelGenerated)
+		svc, ok := serviceOf(s.Name, engine)
+		switch {
+		case !ok:
+		case s.Labels[secrets.LabelGenerated] != "true":
+			operators[svc] = true
+		case len(s.Data["username"]) > 0 && len(s.Data["password"]) > 0 && len(s.Data["database"]) > 0:
+			all = append(all, serviceLogin{service: svc, secret: s})
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].service < all[j].service })
+	return all, operators, nil
+}
+
+// serviceLogins reads the services' login Secrets of engine that onprem
+// generated, limited to services when given; naming a service without
+// one, or with the operator's own, is refused.
+func serviceLogins(ctx context.Context, c kubernetes.Interface, ns, engine string, services []string) ([]serviceLogin, error) {
+	all, operators, err := readLogins(ctx, c, ns, engine)
+	if err != nil {
+		return nil, err
+	}
+	for _, want := range services {
+		if operators[want] {
+			return nil, OwnLoginRefused(ns, engine, want)
+		}
+	}
 	if len(all) == 0 {
 		return nil, refused("no service has a %s login of its own in namespace %s (is the platform installed there, with %s run by onprem?)", engine, ns, engine)
 	}

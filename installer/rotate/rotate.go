@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -129,8 +128,7 @@ func rotateCommand(kind, name string) string {
 		return "onprem rotate certificates"
 	case kind == KindCredential && name != credentials.PostgreSQLAdmin && name != credentials.MongoDBAdmin:
 		for _, engine := range []string{PostgreSQL, MongoDB} {
-			svc, ok := strings.CutSuffix(strings.TrimPrefix(name, "onprem-"), "-"+engine)
-			if ok && svc != "" && name == credentials.ServiceSecret(svc, engine) {
+			if svc, ok := serviceOf(name, engine); ok {
 				return "onprem rotate credentials --component " + svc + " --database " + engine
 			}
 		}
