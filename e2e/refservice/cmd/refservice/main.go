@@ -1,6 +1,8 @@
 // Command refservice is the e2e ring's reference service (see package
 // refservice): `refservice` serves, `refservice migrate --to VERSION` plays
-// a release's migration and exits 1 if it fails.
+// a release's migration and exits 1 if it fails, `refservice dial
+// HOST:PORT...` says which addresses accept a TCP connection (the e2e's
+// NetworkPolicy probes, from inside a pod).
 package main
 
 import (
@@ -9,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -27,6 +30,9 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if len(args) > 0 && args[0] == "dial" {
+		return dial(ctx, args[1:])
+	}
 	cfg, err := refservice.FromEnv(os.Getenv)
 	if err != nil {
 		log.Error("configuration", "error", err)
@@ -65,6 +71,28 @@ func run(args []string) int {
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error("serve", "error", err)
 		return 1
+	}
+	return 0
+}
+
+// dial tries one TCP connection to each address (3 s at most each) and
+// prints "open ADDR" or "closed ADDR: why", one line per address, in
+// order. It needs no configuration, so that any pod running the image can
+// probe its network.
+func dial(ctx context.Context, addrs []string) int {
+	if len(addrs) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: refservice dial HOST:PORT...")
+		return 2
+	}
+	d := net.Dialer{Timeout: 3 * time.Second}
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, "tcp", a)
+		if err != nil {
+			fmt.Printf("closed %s: %v\n", a, err)
+			continue
+		}
+		c.Close()
+		fmt.Printf("open %s\n", a)
 	}
 	return 0
 }
