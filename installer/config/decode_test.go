@@ -238,10 +238,10 @@ spec:
 	if s.TLS != (TLS{}) || s.Ingress != (Ingress{}) {
 		t.Errorf("null sections must stay unset: %+v %+v", s.TLS, s.Ingress)
 	}
-	if want := (Database{Mode: "external", External: External{SecretName: "redis"}}); s.Databases.Redis != want {
+	if want := (Database{Mode: "external", External: External{SecretName: "redis"}}); !reflect.DeepEqual(s.Databases.Redis, want) {
 		t.Errorf("merged redis = %+v, want %+v", s.Databases.Redis, want)
 	}
-	if s.Databases.RabbitMQ != s.Databases.MongoDB {
+	if !reflect.DeepEqual(s.Databases.RabbitMQ, s.Databases.MongoDB) {
 		t.Errorf("aliased rabbitmq = %+v", s.Databases.RabbitMQ)
 	}
 	if want := (Runner{Name: "b", Concurrency: 2}); s.Runners[1] != want {

@@ -149,7 +149,14 @@ type Persistence struct {
 
 // External points at the connection Secret of an external service.
 type External struct {
-	SecretName string `json:"secretName,omitempty" env:"SECRET_NAME, overwrite" doc:"Secret in the platform namespace with keys host, port, username, password (and optionally tls: \"true\"). The user must be allowed to create databases and users (MongoDB, PostgreSQL)."`
+	SecretName string   `json:"secretName,omitempty" env:"SECRET_NAME, overwrite" doc:"Secret in the platform namespace with keys host, port, username, password (and optionally tls: \"true\"). The user must be allowed to create databases and users (MongoDB, PostgreSQL)."`
+	CIDRs      []string `json:"cidrs,omitempty" doc:"The server's addresses as CIDRs, e.g. 10.20.0.15/32: the platform's NetworkPolicies let its clients reach only these. Default: any address (on the port below only)."`
+	Port       int      `json:"port,omitempty" doc:"The server's port as the platform's NetworkPolicies open it; the same as the Secret's port. Default: the standard port (MongoDB 27017, PostgreSQL 5432, Redis 6379, RabbitMQ 5671 and 5672)."`
+}
+
+// IsZero reports whether nothing of External is set.
+func (e External) IsZero() bool {
+	return e.SecretName == "" && len(e.CIDRs) == 0 && e.Port == 0
 }
 
 // ComponentOverride changes one component.

@@ -3,6 +3,11 @@ package config
 // Validation of how the platform is reached, where its images come from and
 // where its data lives.
 
+import (
+	"fmt"
+	"net"
+)
+
 func (v *validator) tls(s *Spec) {
 	const path = "spec.tls.secretName"
 	switch s.TLS.Mode {
@@ -139,8 +144,17 @@ func (v *validator) databases(s *Spec) {
 			if db.Persistence != (Persistence{}) {
 				v.c.add(path+".persistence", "", "must be empty with mode external (onprem runs no %s to give a volume to): remove it", db.Name)
 			}
+			for i, c := range db.External.CIDRs {
+				if _, _, err := net.ParseCIDR(c); err != nil {
+					v.c.add(fmt.Sprintf("%s.external.cidrs[%d]", path, i), "an address and prefix length, e.g. 10.20.0.15/32 for one server or 10.20.0.0/24 for a subnet",
+						"%q is not a CIDR", c)
+				}
+			}
+			if p := db.External.Port; p != 0 && (p < 1 || p > 65535) {
+				v.c.add(path+".external.port", "the port in the Secret "+db.External.SecretName+", e.g. 5432", "%d is not a port (1 to 65535)", p)
+			}
 		case DatabaseModeInternal:
-			if db.External != (External{}) {
+			if !db.External.IsZero() {
 				v.c.add(path+".external", "set mode: external to use your own "+db.Name,
 					"must be empty with mode internal (onprem runs %s in the cluster)", db.Name)
 			}

@@ -73,6 +73,10 @@ func TestValidateBadFiles(t *testing.T) {
 			`testdata/bad-workloads.yaml:28: spec.runtimeConfig.repository.url: required: the repository's clone URL, e.g. https://git.example.com/platform/gitops.git`,
 			`testdata/bad-workloads.yaml:29: spec.runtimeConfig.configRuntime: "secnd" is not one of the runtimes (valid: codefresh, second); did you mean "second"?`,
 		}},
+		{"bad-network.yaml", []string{
+			`testdata/bad-network.yaml:11: spec.databases.postgresql.external.cidrs[1]: "10.20.0.300" is not a CIDR; an address and prefix length, e.g. 10.20.0.15/32 for one server or 10.20.0.0/24 for a subnet`,
+			`testdata/bad-network.yaml:12: spec.databases.postgresql.external.port: 70000 is not a port (1 to 65535); the port in the Secret corp-postgresql, e.g. 5432`,
+		}},
 		{"bad-backup.yaml", []string{
 			`testdata/bad-backup.yaml:7: spec.backup.schedule: "0 2 * *" has 4 fields, a schedule has 5: minute hour day-of-month month day-of-week; e.g. "0 2 * * *" (every day at 02:00) or @daily`,
 			`testdata/bad-backup.yaml:8: spec.backup.timeZone: "Europe Berlin" is not an IANA time zone name; e.g. Europe/Berlin or UTC`,
