@@ -506,8 +506,26 @@ func TestManifestIngressFlows(t *testing.T) {
 		{controller, addr("10.96.0.1"), tcp, 443, true},
 		{controller, addr("172.18.0.2"), tcp, 6443, true},
 		{controller, addr("203.0.113.7"), tcp, 80, false},
-		// The operator's own controller, in its own namespace.
+		// Nothing but the platform's controller reaches a routed service:
+		// not another pod of the namespace, nor a pod elsewhere.
+		{pod("app.kubernetes.io/name", "runtime-manager"), routed, tcp, 8080, false},
+		{pod(), routed, tcp, 8080, false},
+		{podIn("ingress-nginx", "app.kubernetes.io/name", "ingress-nginx"), routed, tcp, 8080, false},
+		{podIn("other", "app.kubernetes.io/name", "ingress-controller"), routed, tcp, 8080, false},
+		{addr("203.0.113.7"), routed, tcp, 8080, false},
+	})
+}
+
+// With the operator's own controller (ingress.mode existing, Gateway API),
+// in a namespace of its own, routed services admit any namespace's pods on
+// their http port, and only there.
+func TestManifestIngressAnyNamespace(t *testing.T) {
+	pols := buildPlatform(t, testNamespace, "ingress-any-namespace").policies()
+	routed := pod("app.kubernetes.io/name", "pipelines-ui", "onprem.dev/ingress", "true")
+	worker := pod("app.kubernetes.io/name", "runtime-manager")
+	checkFlows(t, pols, []flow{
 		{podIn("ingress-nginx", "app.kubernetes.io/name", "ingress-nginx"), routed, tcp, 8080, true},
+		{pod("app.kubernetes.io/name", "ingress-controller"), routed, tcp, 8080, true},
 		{podIn("ingress-nginx"), routed, tcp, 9090, false},
 		{podIn("ingress-nginx"), worker, tcp, 8080, false},
 		{addr("203.0.113.7"), routed, tcp, 8080, false},

@@ -100,18 +100,37 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 		stream.WriteString("---\n")
 		stream.Write(b)
 	}
+	platformComponents := prefixed("../../manifests/components/", p.baseComponents)
+	network, policies, err := networkComponent(p.in.Spec)
+	if err != nil {
+		return nil, err
+	}
 	files := map[string]any{
 		"/render/resources.yaml": stream.String(),
-		"/render/platform/kustomization.yaml": map[string]any{
-			"apiVersion": "kustomize.config.k8s.io/v1beta1",
-			"kind":       "Kustomization",
-			"resources":  []any{"../../manifests/base"},
-			"components": prefixed("../../manifests/components/", p.baseComponents),
-			"labels": []any{map[string]any{
-				"pairs":            map[string]any{ComponentLabel: PlatformComponent},
-				"includeSelectors": false,
-			}},
-		},
+	}
+	if network != nil {
+		files["/builtin/network/kustomization.yaml"] = network
+		var docs strings.Builder
+		for _, pol := range policies {
+			b, err := yaml.Marshal(pol)
+			if err != nil {
+				return nil, fmt.Errorf("post-render: NetworkPolicies: %w", err)
+			}
+			docs.WriteString("---\n")
+			docs.Write(b)
+		}
+		files["/builtin/network/policies.yaml"] = docs.String()
+		platformComponents = append(platformComponents, "../../builtin/network")
+	}
+	files["/render/platform/kustomization.yaml"] = map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1beta1",
+		"kind":       "Kustomization",
+		"resources":  []any{"../../manifests/base"},
+		"components": platformComponents,
+		"labels": []any{map[string]any{
+			"pairs":            map[string]any{ComponentLabel: PlatformComponent},
+			"includeSelectors": false,
+		}},
 	}
 	components := []string{"../builtin/common"}
 	files["/builtin/common/kustomization.yaml"] = p.common()

@@ -317,6 +317,11 @@ func baseComponents(in *config.Installation, ps []planned) []string {
 			out = append(out, "external-"+db)
 		}
 	}
+	// The operator's controller routes the platform from a namespace of
+	// its own.
+	if in.Spec.Ingress.Mode == "existing" || in.Spec.Ingress.GatewayAPI.Enabled {
+		out = append(out, "ingress-any-namespace")
+	}
 	return out
 }
 
