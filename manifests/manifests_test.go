@@ -256,7 +256,15 @@ func podIn(namespace string, kv ...string) peer {
 }
 
 func pod(kv ...string) peer { return podIn(testNamespace, kv...) }
-func addr(ip string) peer   { return peer{ip: ip} }
+
+// podRuntime is a pod of the namespace of a GitOps runtime that onprem
+// installed (the namespace labelled onprem.dev/runtime=runtime).
+func podRuntime(namespace, runtime string, kv ...string) peer {
+	p := podIn(namespace, kv...)
+	p.nsLabels["onprem.dev/runtime"] = runtime
+	return p
+}
+func addr(ip string) peer { return peer{ip: ip} }
 
 func (p peer) isPod() bool       { return p.ip == "" }
 func (p peer) inNamespace() bool { return p.isPod() && p.namespace == testNamespace }
@@ -506,6 +514,11 @@ func TestManifestIngressFlows(t *testing.T) {
 		{controller, addr("10.96.0.1"), tcp, 443, true},
 		{controller, addr("172.18.0.2"), tcp, 6443, true},
 		{controller, addr("203.0.113.7"), tcp, 80, false},
+		// A GitOps runtime's pods, in a namespace labelled by onprem; not
+		// another namespace's.
+		{controller, podRuntime("gitops", "codefresh", "app.kubernetes.io/name", "app-proxy"), tcp, 3017, true},
+		{controller, podIn("monitoring", "app.kubernetes.io/name", "app-proxy"), tcp, 3017, false},
+		{pod("app.kubernetes.io/name", "runtime-manager"), podRuntime("gitops", "codefresh"), tcp, 3017, false},
 		// Nothing but the platform's controller reaches a routed service:
 		// not another pod of the namespace, nor a pod elsewhere.
 		{pod("app.kubernetes.io/name", "runtime-manager"), routed, tcp, 8080, false},

@@ -23,14 +23,14 @@ import (
 //     and .port;
 //   - the HTTP proxy of spec.proxy, for every platform pod (the proxy
 //     environment is given to every container), at the proxy's address
-//     when it is an IP address, else at any address on the proxy's port;
-//   - the platform's ingress controller to the namespaces of the GitOps
-//     runtimes it routes to (a runtime on the platform's cluster whose
-//     Ingress uses the platform's class).
+//     when it is an IP address, else at any address on the proxy's port.
 //
 // A private registry needs no flow: the kubelet pulls images, not pods.
 // Build runners bring their own policies (charts/runner), with the
-// registry's and the proxy's ports.
+// registry's and the proxy's ports. GitOps runtimes on the platform's
+// cluster are reached by the ingress controller through their namespace's
+// onprem.dev/runtime label (manifests/base), whether spec.runtimes declares
+// them or `onprem runtime install` alone installed them.
 
 // standardPorts are the ports of the infrastructure services that the
 // external-<db> components open.
@@ -82,15 +82,6 @@ func networkComponent(s config.Spec) (component map[string]any, policies []any, 
 		policies = append(policies, policy("onprem-proxy-egress",
 			"Every platform pod to the HTTP proxy of spec.proxy (every container is given its environment).",
 			map[string]any{}, nil, egress))
-	}
-
-	if nss := runtimeNamespaces(s); len(nss) > 0 {
-		egress := []any{map[string]any{"to": []any{map[string]any{"namespaceSelector": map[string]any{
-			"matchExpressions": []any{map[string]any{"key": "kubernetes.io/metadata.name", "operator": "In", "values": toAny(nss)}},
-		}}}}}
-		policies = append(policies, policy("onprem-ingress-controller-runtimes",
-			"The ingress controller to the GitOps runtimes it routes to (spec.runtimes on this cluster, with the platform's IngressClass).",
-			map[string]any{"matchLabels": map[string]any{"app.kubernetes.io/name": "ingress-controller"}}, nil, egress))
 	}
 
 	if len(policies) == 0 && len(patches) == 0 {
@@ -191,31 +182,4 @@ func proxyEndpoints(px config.Proxy) ([]endpoint, error) {
 		}
 	}
 	return out, nil
-}
-
-// runtimeNamespaces are the namespaces of the runtimes that the platform's
-// own ingress controller routes to: on the platform's cluster, reached
-// through an Ingress of the platform's class, with the controller
-// installed by onprem.
-func runtimeNamespaces(s config.Spec) []string {
-	if s.Ingress.Mode == "existing" {
-		return nil
-	}
-	var out []string
-	for _, rt := range s.Runtimes {
-		if rt.Cluster != (config.ClusterRef{}) || rt.Namespace == "" {
-			continue
-		}
-		if m := rt.Access.Mode; m != "" && m != config.RuntimeAccessIngress {
-			continue
-		}
-		if c := rt.Access.ClassName; c != "" && c != s.Ingress.ClassName {
-			continue
-		}
-		if !slices.Contains(out, rt.Namespace) {
-			out = append(out, rt.Namespace)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

@@ -38,8 +38,6 @@ func egressOf(p networkingv1.NetworkPolicy) []string {
 			switch {
 			case peer.IPBlock != nil:
 				to = append(to, peer.IPBlock.CIDR)
-			case peer.NamespaceSelector != nil && len(peer.NamespaceSelector.MatchExpressions) == 1:
-				to = append(to, "ns="+strings.Join(peer.NamespaceSelector.MatchExpressions[0].Values, "|"))
 			default:
 				to = append(to, "pods")
 			}
@@ -85,7 +83,7 @@ func TestNetworkPoliciesFollowExternalDatabases(t *testing.T) {
 
 func TestNetworkPoliciesFollowProxyAndIngress(t *testing.T) {
 	minimal := policiesOf(t, mustRender(t, "minimal"))
-	for _, absent := range []string{"onprem-proxy-egress", "onprem-ingress-controller-runtimes"} {
+	for _, absent := range []string{"onprem-proxy-egress"} {
 		if _, ok := minimal[absent]; ok {
 			t.Errorf("minimal configuration renders %s", absent)
 		}
@@ -124,42 +122,6 @@ func TestNetworkPoliciesFollowProxyAndIngress(t *testing.T) {
 	}
 	if from := every["onprem-routed-ingress"].Spec.Ingress[0].From; len(from) != 1 || from[0].NamespaceSelector == nil {
 		t.Errorf("gateway API: routed services admit %+v, want pods of any namespace", from)
-	}
-}
-
-func TestNetworkPoliciesFollowRuntimes(t *testing.T) {
-	spec := config.Spec{
-		Ingress: config.Ingress{ClassName: "onprem"},
-		Runtimes: []config.Runtime{
-			{Name: "local", Namespace: "gitops"},
-			{Name: "same-class", Namespace: "gitops-2", Access: config.RuntimeAccess{Mode: config.RuntimeAccessIngress, ClassName: "onprem"}},
-			{Name: "remote", Namespace: "remote", Cluster: config.ClusterRef{Kubeconfig: "/etc/edge.kubeconfig"}},
-			{Name: "tunnel", Namespace: "tunnel", Access: config.RuntimeAccess{Mode: config.RuntimeAccessTunnel}},
-			{Name: "own-class", Namespace: "own", Access: config.RuntimeAccess{ClassName: "nginx"}},
-		},
-	}
-	_, pols, err := networkComponent(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pols) != 1 {
-		t.Fatalf("got %d policies, want the ingress controller's egress to runtimes: %v", len(pols), pols)
-	}
-	var p networkingv1.NetworkPolicy
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(pols[0].(map[string]any), &p); err != nil {
-		t.Fatal(err)
-	}
-	if got := egressOf(p); !slices.Equal(got, []string{"ns=gitops|gitops-2:"}) {
-		t.Errorf("egress %v, want the namespaces of the two runtimes routed by the platform's controller", got)
-	}
-	if p.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != "ingress-controller" {
-		t.Errorf("selects %v, want the ingress controller", p.Spec.PodSelector)
-	}
-
-	// With the operator's controller, the platform's routes nothing.
-	spec.Ingress.Mode = "existing"
-	if _, pols, _ := networkComponent(spec); len(pols) != 0 {
-		t.Errorf("ingress.mode existing: %d policies, want none", len(pols))
 	}
 }
 
