@@ -248,6 +248,15 @@ func migrationJob(dep *unstructured.Unstructured, m release.Migration, timeout t
 // service chart, charts/README.md). The dump is written beside its final
 // name and renamed when complete, so a file under that name is whole. The
 // password never appears on a command line.
+//
+// A task's pod is new, and a new pod may be refused for a moment: on some
+// network plugins (kube-router) its address joins the database's
+// NetworkPolicy allow-list only at the plugin's next sync. pg_dump gives up
+// at the first refusal, so the PostgreSQL script first waits (a minute at
+// most) until the server answers this pod (pg_isready needs the user and
+// database: without them, in a container with no user of its UID, it
+// makes no attempt at all); mongodump's driver retries by itself for its
+// server selection timeout (30 s).
 var backupScripts = map[string]string{
 	"mongodb": `set -eu
 mkdir -p "$(dirname "$BACKUP_FILE")"
@@ -261,6 +270,16 @@ mv "$BACKUP_FILE.partial" "$BACKUP_FILE"
 `,
 	"postgresql": `set -eu
 mkdir -p "$(dirname "$BACKUP_FILE")"
+waited=0
+until pg_isready --quiet --host "$POSTGRESQL_HOST" --port "$POSTGRESQL_PORT" \
+  --username "$POSTGRESQL_USERNAME" --dbname "$POSTGRESQL_DATABASE" --timeout=3; do
+  waited=$((waited + 2))
+  if [ "$waited" -ge 60 ]; then
+    echo "PostgreSQL at $POSTGRESQL_HOST:$POSTGRESQL_PORT does not answer this pod after 60 s (is it running? does a NetworkPolicy refuse this pod?)" >&2
+    exit 1
+  fi
+  sleep 2
+done
 PGPASSWORD="$POSTGRESQL_PASSWORD" pg_dump --host "$POSTGRESQL_HOST" --port "$POSTGRESQL_PORT" \
   --username "$POSTGRESQL_USERNAME" --dbname "$POSTGRESQL_DATABASE" --format custom --file "$BACKUP_FILE.partial"
 mv "$BACKUP_FILE.partial" "$BACKUP_FILE"
