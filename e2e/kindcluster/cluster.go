@@ -36,15 +36,17 @@ const (
 	KeepEnv = "ONPREM_KEEP_CLUSTER"
 )
 
-// kindConfig is the cluster configuration: one control-plane node,
-// containerd reading per-registry hosts.toml files (TrustRegistry), and the
-// kubeadm patches of quirk 3 (a cgroup v1 host: Kubernetes 1.35+ refuses
-// cgroup v1 unless told, and kubeadm's SystemVerification preflight fails).
-const kindConfig = `kind: Cluster
+// kindConfig is the cluster configuration: one control-plane node and
+// workers more, containerd reading per-registry hosts.toml files
+// (TrustRegistry), and the kubeadm patches of quirk 3 (a cgroup v1 host:
+// Kubernetes 1.35+ refuses cgroup v1 unless told, and kubeadm's
+// SystemVerification preflight fails).
+func kindConfig(workers int) string {
+	nodes := "- role: control-plane\n" + strings.Repeat("- role: worker\n", workers)
+	return `kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 nodes:
-- role: control-plane
-containerdConfigPatches:
+` + nodes + `containerdConfigPatches:
 - |-
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "/etc/containerd/certs.d"
@@ -63,6 +65,7 @@ kubeadmConfigPatches:
     ignorePreflightErrors:
     - SystemVerification
 `
+}
 
 // Option changes how Start creates a cluster.
 type Option func(*config)
@@ -71,6 +74,7 @@ type config struct {
 	name     string
 	timeout  time.Duration
 	cacheDir string
+	workers  int
 }
 
 // WithName sets the cluster's name; the default is "onprem-" and a random
@@ -80,6 +84,10 @@ func WithName(name string) Option { return func(c *config) { c.name = name } }
 // WithStartTimeout bounds the cluster's creation and readiness (not the
 // toolchain's build); the default is 5 minutes.
 func WithStartTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithWorkers adds n worker nodes to the control-plane node (default
+// none), named <name>-worker, <name>-worker2, ...
+func WithWorkers(n int) Option { return func(c *config) { c.workers = n } }
 
 // WithCacheDir sets the toolchain's cache folder (Options.CacheDir).
 func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir } }
@@ -166,7 +174,8 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if c.owner, err = claim(clustersDir(tc), c.Name); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kind-config.yaml"), []byte(kindConfig), 0o644); err != nil {
+	kindCfg := kindConfig(cfg.workers)
+	if err := os.WriteFile(filepath.Join(dir, "kind-config.yaml"), []byte(kindCfg), 0o644); err != nil {
 		return nil, fmt.Errorf("kindcluster: %w", err)
 	}
 	t0 := time.Now()
@@ -176,9 +185,12 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if err := ctx.Err(); err != nil {
 		return nil, c.failed(err)
 	}
-	if err := p.Create(c.Name, cluster.CreateWithRawConfig([]byte(kindConfig)), cluster.CreateWithNodeImage(tc.NodeImage),
+	// No wait in kind: waitReady waits for the CNI (kube-router, which
+	// kind applies from the node image: cni.go) and the nodes, and says
+	// why when they do not come up.
+	if err := p.Create(c.Name, cluster.CreateWithRawConfig([]byte(kindCfg)), cluster.CreateWithNodeImage(tc.NodeImage),
 		cluster.CreateWithKubeconfigPath(c.Kubeconfig), cluster.CreateWithRetain(true),
-		cluster.CreateWithWaitForReady(3*time.Minute), cluster.CreateWithDisplayUsage(false),
+		cluster.CreateWithDisplayUsage(false),
 		cluster.CreateWithDisplaySalutation(false)); err != nil {
 		err = fmt.Errorf("kindcluster: creating kind cluster %s: %w\n%s", c.Name, err, klog.tail())
 		return nil, c.failed(err)
@@ -243,59 +255,71 @@ func (c *Cluster) connect(ctx context.Context) error {
 	return nil
 }
 
-// waitReady waits for every node to be Ready, CoreDNS to be available,
+// waitReady waits for kube-router on every node, every node to be Ready,
+// CoreDNS to be available,
 // the default ServiceAccount to exist and the StorageClass to be there
 // (it is created if kind did not apply it).
 func (c *Cluster) waitReady(ctx context.Context) error {
 	var last string
+	t0 := time.Now()
 	for {
-		ok, why := c.ready(ctx)
+		ok, why, err := c.ready(ctx)
+		if err != nil {
+			return fmt.Errorf("%w\nkube-router's log:\n%s", err, c.cniLogTail(ctx))
+		}
 		if ok {
 			return nil
 		}
 		if why != last {
-			c.logf("kindcluster: waiting for cluster %s: %s", c.Name, why)
+			c.logf("kindcluster: waiting for cluster %s (%s): %s", c.Name, time.Since(t0).Round(time.Second), why)
 			last = why
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, why, ctx.Err())
+			err := fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, why, ctx.Err())
+			if strings.HasPrefix(why, "kube-router") || strings.HasPrefix(why, "node ") {
+				err = fmt.Errorf("%w\nkube-router's log:\n%s", err, c.cniLogTail(ctx))
+			}
+			return err
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-func (c *Cluster) ready(ctx context.Context) (bool, string) {
+func (c *Cluster) ready(ctx context.Context) (bool, string, error) {
 	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return false, err.Error()
+		return false, err.Error(), nil
 	}
 	if len(nodes.Items) != len(c.Nodes) {
-		return false, fmt.Sprintf("%d of %d nodes registered", len(nodes.Items), len(c.Nodes))
+		return false, fmt.Sprintf("%d of %d nodes registered", len(nodes.Items), len(c.Nodes)), nil
+	}
+	if ok, why, err := cniReady(ctx, c.Client, len(c.Nodes)); !ok {
+		return false, why, err
 	}
 	for _, n := range nodes.Items {
 		if !nodeReady(&n) {
-			return false, "node " + n.Name + " not Ready"
+			return false, "node " + n.Name + " not Ready", nil
 		}
 	}
 	dns, err := c.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
 	if err != nil {
-		return false, "coredns: " + err.Error()
+		return false, "coredns: " + err.Error(), nil
 	}
 	if !deploymentAvailable(dns) {
-		return false, fmt.Sprintf("coredns: %d of %d replicas available", dns.Status.AvailableReplicas, replicas(dns))
+		return false, fmt.Sprintf("coredns: %d of %d replicas available", dns.Status.AvailableReplicas, replicas(dns)), nil
 	}
 	if _, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
-		return false, "default ServiceAccount: " + err.Error()
+		return false, "default ServiceAccount: " + err.Error(), nil
 	}
 	_, err = c.Client.StorageV1().StorageClasses().Get(ctx, StorageClassName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		_, err = c.Client.StorageV1().StorageClasses().Create(ctx, storageClass(), metav1.CreateOptions{})
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return false, "StorageClass: " + err.Error()
+		return false, "StorageClass: " + err.Error(), nil
 	}
-	return true, ""
+	return true, "", nil
 }
 
 func nodeReady(n *corev1.Node) bool {

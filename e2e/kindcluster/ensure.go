@@ -32,6 +32,9 @@ const (
 	// ContainerdVersion is the containerd release in the node (kubelet
 	// 1.36 needs containerd 2; Debian bookworm ships 1.6).
 	ContainerdVersion = "v2.4.2"
+	// KubeRouterVersion is the kube-router release that is the clusters'
+	// CNI and NetworkPolicy controller (the newest the module proxy serves).
+	KubeRouterVersion = "v2.1.0"
 	// DebianSuite is the Debian release of the node's root filesystem.
 	DebianSuite = "bookworm"
 
@@ -45,6 +48,7 @@ const (
 	corednsModule    = "github.com/coredns/coredns"
 	containerdModule = "github.com/containerd/containerd/v2"
 	kubeModule       = "k8s.io/kubernetes"
+	kubeRouterModule = "github.com/cloudnativelabs/kube-router/v2"
 
 	// recipeLabel is the image label that holds the hash of everything an
 	// image was built from.
@@ -61,7 +65,8 @@ var (
 	rootfsInclude = []string{"systemd", "systemd-sysv", "dbus", "iptables", "iproute2", "ethtool", "socat",
 		"util-linux", "mount", "kmod", "conntrack", "ebtables", "libseccomp2", "pigz", "ca-certificates",
 		"procps", "containerd", "runc", "containernetworking-plugins", "busybox-static"}
-	rootfsExtra = []string{"nftables", "e2fsprogs", "curl", "jq", "fuse-overlayfs"}
+	// ipset is kube-router's (its image is this root filesystem too).
+	rootfsExtra = []string{"nftables", "e2fsprogs", "curl", "jq", "fuse-overlayfs", "ipset"}
 )
 
 // kubeNodeCommands are the Kubernetes commands the harness builds itself
@@ -266,6 +271,7 @@ func (b *builder) goChain(ctx context.Context) error {
 		{"pause", b.ensurePause},
 		{"containerd", b.ensureContainerd},
 		{"coredns", b.ensureCoreDNS},
+		{"kube-router", b.ensureKubeRouter},
 	} {
 		if err := b.step(ctx, s.name, s.fn); err != nil {
 			return err
@@ -413,6 +419,7 @@ func (b *builder) binaryVersions() map[string]string {
 		"containerd-shim-runc-v2": containerdModule + "@" + ContainerdVersion,
 		"ctr":                     containerdModule + "@" + ContainerdVersion,
 		"pause":                   "pause " + hashOf(string(pauseMain)),
+		"kube-router":             kubeRouterModule + "@" + KubeRouterVersion,
 	}
 	for _, c := range kubeNodeCommands {
 		m[c] = kubeModule + "@" + KubeVersion

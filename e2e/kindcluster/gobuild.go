@@ -239,6 +239,15 @@ func (b *builder) ensureCoreDNS(ctx context.Context) error {
 	})
 }
 
+// ensureKubeRouter builds kube-router, the clusters' CNI and
+// NetworkPolicy controller.
+func (b *builder) ensureKubeRouter(ctx context.Context) error {
+	return b.timed(ctx, "kube-router", kubeRouterModule+"@"+KubeRouterVersion, []string{"kube-router"}, func(ctx context.Context, tmp string) error {
+		ld := "-s -w -X " + kubeRouterModule + "/pkg/version.Version=" + KubeRouterVersion
+		return b.goInstall(ctx, "kube-router", tmp, []string{"-ldflags", ld}, kubeRouterModule+"/cmd/kube-router@"+KubeRouterVersion)
+	})
+}
+
 // ensurePause builds the pod sandbox's pause process (internal/pause,
 // embedded) in a module of its own.
 func (b *builder) ensurePause(ctx context.Context) error {

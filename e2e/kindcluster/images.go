@@ -19,7 +19,7 @@ import (
 
 // nodeLayoutVersion changes whenever the way the node image is assembled
 // changes in a way the hashed inputs do not show.
-const nodeLayoutVersion = "node-layout-1"
+const nodeLayoutVersion = "node-layout-2"
 
 // ensureRootfs builds the node's Debian root filesystem with debootstrap
 // and caches it as a tarball.
@@ -268,6 +268,14 @@ func (b *builder) controlPlaneSpecs(ctx context.Context, refs []string) ([]Image
 		}
 		specs = append(specs, spec)
 	}
+	// kube-router, the CNI, runs iptables, ipset and ip too.
+	specs = append(specs, ImageSpec{
+		Ref:        KubeRouterImage,
+		BaseTar:    b.rootfsTar(),
+		Files:      []File{{Path: "/usr/local/bin/kube-router", Source: b.bin("kube-router")}},
+		Entrypoint: []string{"/usr/local/bin/kube-router"},
+	})
+	inputs = append(inputs, KubeRouterImage, stamp(b.bin("kube-router")), stamp(b.rootfsTar()))
 	return specs, inputs, nil
 }
 
@@ -282,11 +290,11 @@ func (b *builder) ensureControlPlaneImages(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.cpRefs = refs
+	b.cpRefs = append(refs, KubeRouterImage)
 	version := hashOf(append([]string{nodeLayoutVersion}, inputs...)...)
 	t0 := time.Now()
 	built, err := b.produce(ctx, version, []string{b.cpArchive()}, func(ctx context.Context, tmp string) error {
-		b.log("[control-plane-images] packing %s", strings.Join(refs, " "))
+		b.log("[control-plane-images] packing %s", strings.Join(b.cpRefs, " "))
 		return WriteImageArchive(filepath.Join(tmp, filepath.Base(b.cpArchive())), specs...)
 	})
 	if built {
@@ -309,8 +317,11 @@ func (b *builder) pauseRef() (string, error) {
 // stamps in the cache: a warm Ensure compares it with the node image's
 // label and stamp file and builds nothing.
 func (b *builder) nodeImageHash() (string, bool) {
-	parts := []string{nodeLayoutVersion, KubeVersion, b.baseImageHash(), stamp(b.cpArchive()),
-		asset("10-bridge.conflist"), storageManifest(), defaultCNIManifest}
+	cni, err := kubeRouterManifest()
+	if err != nil {
+		return "", false
+	}
+	parts := []string{nodeLayoutVersion, KubeVersion, b.baseImageHash(), stamp(b.cpArchive()), storageManifest(), cni}
 	if stamp(b.cpArchive()) == "" || stamp(b.rootfsTar()) == "" {
 		return "", false
 	}
@@ -336,22 +347,12 @@ func (b *builder) nodeImageCurrent(ctx context.Context) (bool, string) {
 	return b.imageCurrent(ctx, "node-image", NodeImage, hash), hash
 }
 
-// defaultCNIManifest replaces kind's kindnetd manifest: the node image
-// carries a static bridge CNI configuration, which serves one node.
-const defaultCNIManifest = `apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: onprem-kind-cni
-  namespace: kube-system
-data:
-  note: "CNI is the static bridge configuration /etc/cni/net.d/10-bridge.conflist of the node image"
-`
-
 // ensureNodeImage assembles the node image from the base image: containerd
-// 2, kubelet, kubeadm and kubectl, kind's /kind files, the bridge CNI
-// configuration, the StorageClass, a containerd configuration for this
-// host, and every control-plane image preloaded into the node's
-// containerd.
+// 2, kubelet, kubeadm and kubectl, kind's /kind files, the StorageClass, a
+// containerd configuration for this host, kube-router's manifest as kind's
+// default CNI, and every control-plane image (and kube-router's) preloaded
+// into the node's containerd. It carries no CNI configuration: kube-router
+// writes it when it starts (cni.go).
 func (b *builder) ensureNodeImage(ctx context.Context) error {
 	current, hash := b.nodeImageCurrent(ctx)
 	if current {
@@ -366,6 +367,10 @@ func (b *builder) ensureNodeImage(ctx context.Context) error {
 		return err
 	}
 	pause, err := b.pauseRef()
+	if err != nil {
+		return err
+	}
+	cni, err := kubeRouterManifest()
 	if err != nil {
 		return err
 	}
@@ -402,8 +407,7 @@ func (b *builder) ensureNodeImage(ctx context.Context) error {
 	}
 	files = append(files,
 		File{Path: "/kind/version", Data: []byte(KubeVersion)},
-		File{Path: "/etc/cni/net.d/10-bridge.conflist", Data: []byte(asset("10-bridge.conflist"))},
-		File{Path: "/kind/manifests/default-cni.yaml", Data: []byte(defaultCNIManifest)},
+		File{Path: "/kind/manifests/default-cni.yaml", Data: []byte(cni)},
 		File{Path: "/kind/manifests/default-storage.yaml", Data: []byte(storageManifest())},
 		File{Path: "/etc/containerd/config.toml", Data: []byte(cfg)},
 	)

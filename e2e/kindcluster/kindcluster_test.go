@@ -5,17 +5,21 @@ package kindcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 )
@@ -108,9 +112,11 @@ func podLogs(ctx context.Context, cs kubernetes.Interface, ns, name string) stri
 	}
 }
 
-// TestKindCluster starts a real cluster and proves what e2e tests rely on:
-// a locally built image loaded with LoadImages runs; a Service resolves
-// through CoreDNS from another pod and answers HTTP; a claim of the
+// TestKindCluster starts a real two-node cluster and proves what e2e tests
+// rely on: a locally built image loaded with LoadImages runs; a Service
+// resolves through CoreDNS from a pod on the other node and answers HTTP,
+// and so does the server pod's own address (kube-router's routes between
+// nodes); a NetworkPolicy is enforced (kube-router); a claim of the
 // default StorageClass binds, and what one pod writes to it another reads
 // back; the released volume is cleaned up.
 func TestKindCluster(t *testing.T) {
@@ -118,10 +124,13 @@ func TestKindCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
-	c := Start(t)
+	// Two nodes, so that pod-to-pod traffic crosses nodes through
+	// kube-router's routes.
+	c := Start(t, WithWorkers(1))
 	cs := c.Client
-	if c.Name == "" || len(c.Nodes) != 1 || c.Nodes[0] != c.Name+"-control-plane" {
-		t.Fatalf("cluster %q has nodes %v", c.Name, c.Nodes)
+	controlPlane, worker := c.Name+"-control-plane", c.Name+"-worker"
+	if c.Name == "" || len(c.Nodes) != 2 || !slices.Contains(c.Nodes, controlPlane) || !slices.Contains(c.Nodes, worker) {
+		t.Fatalf("cluster %q has nodes %v, want %s and %s", c.Name, c.Nodes, controlPlane, worker)
 	}
 	if _, err := os.Stat(c.Kubeconfig); err != nil {
 		t.Fatal(err)
@@ -142,8 +151,10 @@ func TestKindCluster(t *testing.T) {
 	}
 	waitSA(t, ctx, cs, ns)
 
-	t.Run("ImageServiceDNS", func(t *testing.T) {
+	var serverIP string
+	t.Run("ImageServiceDNSAcrossNodes", func(t *testing.T) {
 		server := echoPod("server", map[string]string{"app": "echo"}, "serve", "-addr", ":8080")
+		server.Spec.NodeName = worker
 		server.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080}}
 		server.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
 			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
@@ -162,15 +173,105 @@ func TestKindCluster(t *testing.T) {
 		if _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitPod(t, ctx, cs, ns, "server", corev1.PodRunning)
+		serverIP = waitPod(t, ctx, cs, ns, "server", corev1.PodRunning).Status.PodIP
 
-		url := fmt.Sprintf("http://echo.%s.svc.cluster.local/", ns)
-		if _, err := cs.CoreV1().Pods(ns).Create(ctx, echoPod("client", nil, "get", url), metav1.CreateOptions{}); err != nil {
+		// From the other node: through the Service's DNS name, and
+		// straight to the pod's address.
+		for name, url := range map[string]string{
+			"client":    fmt.Sprintf("http://echo.%s.svc.cluster.local/", ns),
+			"client-ip": fmt.Sprintf("http://%s/", net.JoinHostPort(serverIP, "8080")),
+		} {
+			client := echoPod(name, nil, "get", url)
+			client.Spec.NodeName = controlPlane
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitPod(t, ctx, cs, ns, name, corev1.PodSucceeded)
+			if got := podLogs(ctx, cs, ns, name); !strings.Contains(got, "hello from server") {
+				t.Fatalf("GET %s from a pod on %s printed %q, want the greeting of the server on %s", url, controlPlane, got, worker)
+			}
+		}
+	})
+
+	// The CNI enforces NetworkPolicies: once a policy admits only pods
+	// labelled role=client to the server, a pod without the label is
+	// refused and a labelled one still gets through (both on the other
+	// node). With a CNI that ignores policies the first check fails.
+	t.Run("NetworkPolicyEnforced", func(t *testing.T) {
+		if serverIP == "" {
+			t.Skip("no server pod (ImageServiceDNSAcrossNodes failed)")
+		}
+		url := fmt.Sprintf("http://%s/", net.JoinHostPort(serverIP, "8080"))
+		probes := 0
+		reach := func(labels map[string]string) bool {
+			probes++
+			name := fmt.Sprintf("probe-%d", probes)
+			p := echoPod(name, labels, "reach", url)
+			p.Spec.NodeName = controlPlane
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for {
+				got, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch got.Status.Phase {
+				case corev1.PodSucceeded:
+					return true
+				case corev1.PodFailed:
+					if out := podLogs(ctx, cs, ns, name); !strings.Contains(out, "unreachable") {
+						t.Fatalf("probe %s failed without trying: %s", name, out)
+					}
+					return false
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("probe %s still %s after 2m", name, got.Status.Phase)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		}
+		if !reach(nil) {
+			t.Fatalf("%s is unreachable before any NetworkPolicy", url)
+		}
+		policy := &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "echo-clients-only"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "echo"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "client"}}}},
+				}},
+			},
+		}
+		if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, policy, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitPod(t, ctx, cs, ns, "client", corev1.PodSucceeded)
-		if got := podLogs(ctx, cs, ns, "client"); !strings.Contains(got, "hello from server") {
-			t.Fatalf("GET %s from a pod printed %q, want the server's greeting", url, got)
+		// kube-router programs the policy within seconds; a minute
+		// without refusal means it is not enforced.
+		deadline := time.Now().Add(time.Minute)
+		for reach(nil) {
+			if time.Now().After(deadline) {
+				t.Fatalf("a pod without role=client still reaches %s a minute after the NetworkPolicy: policies are not enforced", url)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		// A new pod's address joins the policy's allowed set on the
+		// server's node once kube-router there has seen the pod, so the
+		// allowed client retries (get: for a minute) rather than probing
+		// once.
+		client := echoPod("allowed-client", map[string]string{"role": "client"}, "get", url)
+		client.Spec.NodeName = controlPlane
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPod(t, ctx, cs, ns, "allowed-client", corev1.PodSucceeded)
+		if got := podLogs(ctx, cs, ns, "allowed-client"); !strings.Contains(got, "hello from server") {
+			t.Fatalf("a pod labelled role=client, which the NetworkPolicy allows, got %q from %s", got, url)
+		}
+		if reach(nil) {
+			t.Fatalf("a pod without role=client reached %s again under the NetworkPolicy", url)
 		}
 	})
 
@@ -217,8 +318,14 @@ func TestKindCluster(t *testing.T) {
 		if pv.Annotations[annProvisionedBy] != ProvisionerName || pv.Spec.HostPath == nil {
 			t.Fatalf("PV %s was not made by the provisioner: %+v", pv.Name, pv.Spec.PersistentVolumeSource)
 		}
-		// The file is really on the node, in the volume's folder.
-		out, err := c.NodeExec(ctx, c.Nodes[0], nil, "cat", pv.Spec.HostPath.Path+"/hello.txt")
+		// The file is really on the node the writer ran on, in the
+		// volume's folder.
+		writer, err := cs.CoreV1().Pods(ns).Get(ctx, "writer", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node := writer.Spec.NodeName
+		out, err := c.NodeExec(ctx, node, nil, "cat", pv.Spec.HostPath.Path+"/hello.txt")
 		if err != nil || string(out) != text {
 			t.Fatalf("file on the node: %q, %v", out, err)
 		}
@@ -252,8 +359,32 @@ func TestKindCluster(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 		}
-		if out, err := c.NodeExec(ctx, c.Nodes[0], nil, "test", "!", "-e", pv.Spec.HostPath.Path); err != nil {
+		if out, err := c.NodeExec(ctx, node, nil, "test", "!", "-e", pv.Spec.HostPath.Path); err != nil {
 			t.Fatalf("volume folder %s left on the node: %v %s", pv.Spec.HostPath.Path, err, out)
+		}
+	})
+
+	// Last, since it breaks the cluster's network: a kube-router that
+	// does not start makes the wait fail, and the error carries
+	// kube-router's own log, which says why.
+	t.Run("BrokenCNIFailsLoudly", func(t *testing.T) {
+		patch := `[{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--no-such-flag"}]`
+		if _, err := cs.AppsV1().DaemonSets(kubeRouterNS).Patch(ctx, kubeRouterName, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+		defer cancel()
+		// The patched pods must have replaced one: readiness counts the
+		// new ones only once the DaemonSet controller has seen the change.
+		time.Sleep(5 * time.Second)
+		err := c.waitReady(wctx)
+		if err == nil {
+			t.Fatal("the cluster is ready although kube-router cannot start")
+		}
+		for _, want := range []string{"kube-router (the CNI)", "kube-router's log", "no-such-flag"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("the error does not say %q:\n%v", want, err)
+			}
 		}
 	})
 }

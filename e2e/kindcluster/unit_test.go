@@ -4,15 +4,23 @@ package kindcluster
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/yaml"
 )
 
 // TestWriteImageArchive checks the images WriteImageArchive makes without
@@ -121,5 +129,113 @@ func TestRegistryHostsTOML(t *testing.T) {
 	want := "server = \"http://172.18.0.1:5000\"\n\n[host.\"http://172.18.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
 	if got != want {
 		t.Errorf("hosts.toml:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// kube-router's manifest, as kind applies it from the node image: the five
+// objects, the preloaded image never pulled, the CNI configuration written
+// by the init container, and the start script finding the API server in
+// the node's kubelet.conf.
+func TestKubeRouterManifest(t *testing.T) {
+	m, err := kubeRouterManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	var ds *appsv1.DaemonSet
+	for _, doc := range strings.Split(m, "---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("%v in:\n%s", err, doc)
+		}
+		kinds = append(kinds, meta.Kind)
+		if meta.Kind == "DaemonSet" {
+			ds = &appsv1.DaemonSet{}
+			if err := yaml.UnmarshalStrict([]byte(doc), ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if want := []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet"}; !slices.Equal(kinds, want) {
+		t.Fatalf("manifest kinds %v, want %v", kinds, want)
+	}
+	spec := ds.Spec.Template.Spec
+	if !spec.HostNetwork || len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
+		t.Fatalf("DaemonSet pod spec: %+v", spec)
+	}
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		if c.Image != KubeRouterImage || c.ImagePullPolicy != corev1.PullNever {
+			t.Errorf("container %s: image %s, pull %s; want the preloaded %s, never pulled", c.Name, c.Image, c.ImagePullPolicy, KubeRouterImage)
+		}
+	}
+	if !slices.Contains(spec.InitContainers[0].Command, kubeRouterCNIConf) {
+		t.Errorf("init container does not write %s: %v", kubeRouterCNIConf, spec.InitContainers[0].Command)
+	}
+	if !slices.Contains(spec.Containers[0].Args, "--run-firewall=true") {
+		t.Errorf("kube-router does not enforce NetworkPolicies: %v", spec.Containers[0].Args)
+	}
+
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "kubelet.conf")
+	script := strings.NewReplacer("/etc/kubernetes/kubelet.conf", conf,
+		"exec /usr/local/bin/kube-router", `echo "$KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT"`).Replace(kubeRouterStart)
+	run := func() (string, error) {
+		out, err := exec.Command("sh", "-c", script, "kube-router", "--run-router=true").CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if err := os.WriteFile(conf, []byte("apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: AAAA\n    server: https://onprem-1a2b3c4d-control-plane:6443\n  name: kind\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(); err != nil || out != "onprem-1a2b3c4d-control-plane 6443 --run-router=true" {
+		t.Errorf("start script with a kubelet.conf: %q, %v; want the control plane's host and port, then the arguments", out, err)
+	}
+	if err := os.WriteFile(conf, []byte("apiVersion: v1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(); err == nil || !strings.Contains(out, "no API server") {
+		t.Errorf("start script without a server: %q, %v; want a failure that says so", out, err)
+	}
+}
+
+// cniReady: ready only when kube-router's current version is available on
+// every node; a container that keeps restarting is an error at once.
+func TestCNIReady(t *testing.T) {
+	ctx := context.Background()
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: kubeRouterName, Namespace: kubeRouterNS, Generation: 2},
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: 2, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 2, NumberAvailable: 2}}
+	pod := func(restarts int32) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "kube-router-abcde", Namespace: kubeRouterNS, Labels: map[string]string{"k8s-app": kubeRouterName}},
+			Spec:       corev1.PodSpec{NodeName: "onprem-1-worker"},
+			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: kubeRouterName, RestartCount: restarts}}},
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		change   func(*appsv1.DaemonSet)
+		restarts int32
+		ready    bool
+		why, err string
+	}{
+		{name: "available everywhere", ready: true},
+		{name: "one node short", change: func(d *appsv1.DaemonSet) { d.Status.NumberAvailable = 1 }, why: "1 of 2 nodes have it available"},
+		{name: "rollout not seen yet", change: func(d *appsv1.DaemonSet) { d.Generation = 3 }, why: "run its current version"},
+		{name: "rollout under way", change: func(d *appsv1.DaemonSet) { d.Status.UpdatedNumberScheduled = 1 }, why: "1 of 2 nodes run its current version"},
+		{name: "crash loop", restarts: kubeRouterMaxRestarts, err: "container kube-router of pod kube-router-abcde on node onprem-1-worker restarted 4 times"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := ds.DeepCopy()
+			if tc.change != nil {
+				tc.change(d)
+			}
+			cs := fake.NewSimpleClientset(d, pod(tc.restarts))
+			ok, why, err := cniReady(ctx, cs, 2)
+			if ok != tc.ready || !strings.Contains(why, tc.why) || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Errorf("cniReady = %v, %q, %v; want %v, %q, an error saying %q", ok, why, err, tc.ready, tc.why, tc.err)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@
 //
 //	echoserver serve [-addr :8080]     answers GET / with "hello from <hostname>"
 //	echoserver get URL                 prints the body of GET URL (retrying for 60 s)
+//	echoserver reach URL               one GET of URL (3 s at most): exit 0 if it answered 200, 3 if not
 //	echoserver write FILE TEXT         writes TEXT to FILE
 //	echoserver cat FILE                prints FILE
 //	echoserver sleep                   waits until it is killed
@@ -29,6 +30,15 @@ func main() {
 		err = serve(args)
 	case "get":
 		err = get(args)
+	case "reach":
+		if len(args) != 1 {
+			fail(fmt.Errorf("usage: echoserver reach URL"))
+		}
+		if err := reach(args[0]); err != nil {
+			fmt.Println("unreachable:", err)
+			os.Exit(3)
+		}
+		fmt.Println("reached")
 	case "write":
 		if len(args) != 2 {
 			fail(fmt.Errorf("usage: echoserver write FILE TEXT"))
@@ -107,4 +117,19 @@ func get(args []string) error {
 		fmt.Fprintln(os.Stderr, "retrying:", err)
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// reach makes one GET, without retrying: a NetworkPolicy test wants to
+// know whether this very connection is allowed.
+func reach(url string) error {
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }
