@@ -6,8 +6,10 @@
 // kind cluster from e2e/kindcluster, with the images of e2e/images:
 //
 //  1. builds the onprem binary and the images (cached in $ONPREM_CACHE);
-//  2. creates a kind cluster with a unique name and starts a registry
-//     (CNCF distribution) on this machine's address on kind's network;
+//  2. creates a kind cluster with a unique name, whose CNI is kube-router
+//     (NetworkPolicies enforced: every flow of the platform below works
+//     only if its policies allow it), and starts a registry (CNCF
+//     distribution) on this machine's address on kind's network;
 //  3. `onprem bundle create` for each version it uses, from an OCI layout
 //     of the locally built images, and `onprem bundle push` to that
 //     registry;
@@ -17,6 +19,15 @@
 //     pipelines-api and gitops-api, each reporting its dependencies
 //     healthy; records written to MongoDB (through those services) and to
 //     PostgreSQL (audit-manager, through the API server's service proxy);
+//     the NetworkPolicies step (netpol_test.go): a pod without the
+//     platform's labels in its namespace reaches the cluster's DNS and
+//     nothing else (MongoDB, PostgreSQL, Redis, RabbitMQ, a routed service,
+//     the ingress controller, an address outside the cluster: refused); a
+//     pod of another namespace reaches the ingress controller but not the
+//     databases nor the routed service; pipelines-api reaches its MongoDB,
+//     Redis and RabbitMQ but not PostgreSQL (which it does not use) nor
+//     the outside address (and, in the backup step, not the bucket that the
+//     backup's pods do reach);
 //  6. `onprem upgrade apply` across two steps, one command each, while a
 //     client reads records through the ingress controller at 10 requests
 //     a second (traffic_test.go): the first (a required stop with a

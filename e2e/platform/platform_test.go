@@ -20,6 +20,7 @@ import (
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/runtime/runtimetest"
+	"onprem.dev/onprem/preflight"
 )
 
 // The versions the test walks through: installed at from, upgraded across
@@ -112,7 +113,14 @@ func TestPlatform(t *testing.T) {
 
 	cfg := e.writeConfig("onprem.yaml", from, "")
 	e.step("preflight", func() {
-		e.onprem("preflight", "-c", cfg, "--bundle", bundles[from], "--kubeconfig", e.kubeconfig)
+		var rep preflight.Report
+		e.onpremJSON(&rep, "preflight", "-c", cfg, "--bundle", bundles[from], "--kubeconfig", e.kubeconfig)
+		// The ring's CNI enforces the platform's NetworkPolicies, and
+		// preflight tells.
+		i := slices.IndexFunc(rep.Findings, func(f preflight.Finding) bool { return f.ID == "network-policy" })
+		if i < 0 || rep.Findings[i].Result != preflight.Pass || !strings.Contains(rep.Findings[i].Message, "enforced by kube-router") {
+			t.Fatalf("preflight's network-policy check does not say that kube-router enforces NetworkPolicies: %+v", rep.Findings)
+		}
 	})
 
 	e.step("install "+from, func() {
@@ -138,6 +146,10 @@ func TestPlatform(t *testing.T) {
 			e.putRecord(ctx, k, v)
 		}
 		e.checkRecords(ctx, records)
+	})
+
+	e.step("NetworkPolicies refuse every flow the platform does not use (kube-router enforces them)", func() {
+		e.networkPolicies(ctx)
 	})
 
 	// Reads of the records just written, through the ingress controller,

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -82,6 +83,14 @@ func (e *env) disasterRecovery(ctx context.Context, version, bundle string, reco
     includeRedis: true
 `, s3.Endpoint, backupBucket, backupPrefix, keys.Recipient))
 		e.onprem("install", "-c", cfg, "--bundle", bundle, "--kubeconfig", e.kubeconfig, "--timeout", "4m")
+		// The bucket is outside the cluster: the backup's pods reach it
+		// (the scheduled backups below), by the policy that spec.backup's
+		// endpoint opens; a service does not.
+		s3Addr, err := url.Parse(s3.Endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.expectDial("pipelines-api", e.dialFromService(ctx, "pipelines-api", s3Addr.Host), nil, []string{s3Addr.Host})
 
 		records["before-backup"] = "written before the backup at " + version
 		e.putRecord(ctx, "before-backup", records["before-backup"])
