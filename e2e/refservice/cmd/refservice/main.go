@@ -79,10 +79,22 @@ func run(args []string) int {
 // prints "open ADDR" or "closed ADDR: why", one line per address, in
 // order. It needs no configuration, so that any pod running the image can
 // probe its network.
-func dial(ctx context.Context, addrs []string) int {
-	if len(addrs) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: refservice dial HOST:PORT...")
+//
+// --after waits that long first: a new pod's NetworkPolicy rules may be
+// programmed a moment after the pod starts (kube-router does it at its
+// next sync), and a probe tests the policy, not that moment.
+func dial(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("dial", flag.ContinueOnError)
+	after := fs.Duration("after", 0, "wait this long before dialing")
+	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+		fmt.Fprintln(os.Stderr, "usage: refservice dial [--after DURATION] HOST:PORT...")
 		return 2
+	}
+	addrs := fs.Args()
+	select {
+	case <-ctx.Done():
+		return 1
+	case <-time.After(*after):
 	}
 	d := net.Dialer{Timeout: 3 * time.Second}
 	for _, a := range addrs {
