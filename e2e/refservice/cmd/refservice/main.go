@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -53,7 +54,7 @@ func run(args []string) int {
 		}
 		mctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		if err := svc.Migrate(mctx, *to); err != nil {
+		if err := migrate(mctx, svc, *to, log); err != nil {
 			log.Error("migration failed", "service", cfg.Service, "to", *to, "error", err)
 			return 1
 		}
@@ -107,4 +108,30 @@ func dial(ctx context.Context, args []string) int {
 		fmt.Printf("open %s\n", a)
 	}
 	return 0
+}
+
+// migrate runs the migration, retrying for a minute while a database
+// refuses the connection: a migration Job's pod is new, and on a network
+// plugin that enforces NetworkPolicies its address may join the
+// database's allow-list a moment after it starts (kube-router does it at
+// its next sync), so a real service's migration must retry its first
+// connection too (charts/README.md).
+func migrate(ctx context.Context, svc *refservice.Service, to string, log *slog.Logger) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := svc.Migrate(ctx, to)
+		if err == nil || !refused(err) || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("a database refused the connection; retrying in 2 s", "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")
 }
