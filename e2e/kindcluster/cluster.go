@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"os/exec"
@@ -41,10 +42,18 @@ const (
 // (TrustRegistry), and the kubeadm patches of quirk 3 (a cgroup v1 host:
 // Kubernetes 1.35+ refuses cgroup v1 unless told, and kubeadm's
 // SystemVerification preflight fails).
-func kindConfig(workers int) string {
+//
+// Each cluster has a pod subnet of its own (podSubnet): clusters of
+// parallel tests share kind's docker network, and with the same pod
+// addresses in two clusters a route learnt from the wrong one sent a
+// test's request to a pod of the other cluster (seen once in CI: kube-router
+// of one cluster, Traefik of `onprem local up`'s answering).
+func kindConfig(workers int, podSubnet string) string {
 	nodes := "- role: control-plane\n" + strings.Repeat("- role: worker\n", workers)
 	return `kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  podSubnet: ` + podSubnet + `
 nodes:
 ` + nodes + `containerdConfigPatches:
 - |-
@@ -65,6 +74,15 @@ kubeadmConfigPatches:
     ignorePreflightErrors:
     - SystemVerification
 `
+}
+
+// podSubnet is the cluster's pod subnet: 10.N.0.0/16 with N from 128 to
+// 191 chosen by the cluster's name, away from kind's 10.244.0.0/16 (which
+// `onprem local up` uses) and from the Service range 10.96.0.0/12.
+func podSubnet(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return fmt.Sprintf("10.%d.0.0/16", 128+h.Sum32()%64)
 }
 
 // Option changes how Start creates a cluster.
@@ -174,7 +192,7 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if c.owner, err = claim(clustersDir(tc), c.Name); err != nil {
 		return nil, err
 	}
-	kindCfg := kindConfig(cfg.workers)
+	kindCfg := kindConfig(cfg.workers, podSubnet(cfg.name))
 	if err := os.WriteFile(filepath.Join(dir, "kind-config.yaml"), []byte(kindCfg), 0o644); err != nil {
 		return nil, fmt.Errorf("kindcluster: %w", err)
 	}
