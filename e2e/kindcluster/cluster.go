@@ -274,19 +274,25 @@ func (c *Cluster) connect(ctx context.Context) error {
 }
 
 // waitReady waits for kube-router on every node, every node to be Ready,
-// CoreDNS to be available,
-// the default ServiceAccount to exist and the StorageClass to be there
-// (it is created if kind did not apply it).
+// CoreDNS to be available, the default ServiceAccount to exist and the
+// StorageClass to be there (it is created if kind did not apply it). Its
+// error carries kube-router's log: whatever is not ready, nodes and CoreDNS
+// included, waits on the pod network first.
 func (c *Cluster) waitReady(ctx context.Context) error {
+	err := c.waitUntilReady(ctx)
+	if err != nil {
+		err = fmt.Errorf("%w\nkube-router's log:\n%s", err, c.cniLogTail(ctx))
+	}
+	return err
+}
+
+func (c *Cluster) waitUntilReady(ctx context.Context) error {
 	var last string
 	t0 := time.Now()
 	for {
 		ok, why, err := c.ready(ctx)
-		if err != nil {
-			return fmt.Errorf("%w\nkube-router's log:\n%s", err, c.cniLogTail(ctx))
-		}
-		if ok {
-			return nil
+		if err != nil || ok {
+			return err
 		}
 		if why != last {
 			c.logf("kindcluster: waiting for cluster %s (%s): %s", c.Name, time.Since(t0).Round(time.Second), why)
@@ -294,11 +300,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			err := fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, why, ctx.Err())
-			if strings.HasPrefix(why, "kube-router") || strings.HasPrefix(why, "node ") {
-				err = fmt.Errorf("%w\nkube-router's log:\n%s", err, c.cniLogTail(ctx))
-			}
-			return err
+			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, why, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}

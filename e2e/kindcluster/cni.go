@@ -40,8 +40,8 @@ const (
 
 	kubeRouterName = "kube-router"
 	kubeRouterNS   = "kube-system"
-	// kubeRouterCNIConf is the CNI configuration the init container writes
-	// and kube-router completes with the node's pod CIDR.
+	// kubeRouterCNIConf is the CNI configuration the init container writes,
+	// with the node's pod CIDR in it.
 	kubeRouterCNIConf = "/etc/cni/net.d/10-kube-router.conflist"
 	kubeRouterHealth  = 20244
 	// kubeRouterMaxRestarts is how many restarts of a kube-router
@@ -50,8 +50,9 @@ const (
 	kubeRouterMaxRestarts = 4
 )
 
-// kubeRouterCNI is the configuration of the bridge plugin that kube-router
-// fills in: host-local addresses from the node's pod CIDR, the bridge as
+// kubeRouterCNI is the configuration of the bridge plugin, to which the
+// init container adds the node's pod CIDR (installCNIConf): host-local
+// addresses from that CIDR, the bridge as
 // the pods' gateway, hairpin so that a pod reaches itself through its own
 // Service, and portmap for hostPort.
 const kubeRouterCNI = `{
