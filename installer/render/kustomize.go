@@ -91,14 +91,13 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 	if err := copyFS(mem, p.manifests, "/manifests"); err != nil {
 		return nil, fmt.Errorf("post-render: %w", err)
 	}
-	var stream strings.Builder
+	objs := make([]map[string]any, 0, len(charted))
 	for _, u := range charted {
-		b, err := yaml.Marshal(u.Object)
-		if err != nil {
-			return nil, fmt.Errorf("post-render: %s/%s: %w", u.GetKind(), u.GetName(), err)
-		}
-		stream.WriteString("---\n")
-		stream.Write(b)
+		objs = append(objs, u.Object)
+	}
+	stream, err := yamlStream(objs)
+	if err != nil {
+		return nil, fmt.Errorf("post-render: %w", err)
 	}
 	platformComponents := prefixed("../../manifests/components/", p.baseComponents)
 	network, policies, err := networkComponent(p.in.Spec)
@@ -106,20 +105,15 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 		return nil, err
 	}
 	files := map[string]any{
-		"/render/resources.yaml": stream.String(),
+		"/render/resources.yaml": stream,
 	}
 	if network != nil {
-		files["/builtin/network/kustomization.yaml"] = network
-		var docs strings.Builder
-		for _, pol := range policies {
-			b, err := yaml.Marshal(pol)
-			if err != nil {
-				return nil, fmt.Errorf("post-render: NetworkPolicies: %w", err)
-			}
-			docs.WriteString("---\n")
-			docs.Write(b)
+		docs, err := yamlStream(policies)
+		if err != nil {
+			return nil, fmt.Errorf("post-render: NetworkPolicies: %w", err)
 		}
-		files["/builtin/network/policies.yaml"] = docs.String()
+		files["/builtin/network/kustomization.yaml"] = network
+		files["/builtin/network/policies.yaml"] = docs
 		platformComponents = append(platformComponents, "../../builtin/network")
 	}
 	files["/render/platform/kustomization.yaml"] = map[string]any{
@@ -440,6 +434,21 @@ func copyFS(mem filesys.FileSystem, src fs.FS, dst string) error {
 		}
 		return mem.WriteFile(target, data)
 	})
+}
+
+// yamlStream writes objects as one YAML stream, each document after "---".
+func yamlStream(objs []map[string]any) (string, error) {
+	var b strings.Builder
+	for _, o := range objs {
+		y, err := yaml.Marshal(o)
+		if err != nil {
+			u := unstructured.Unstructured{Object: o}
+			return "", fmt.Errorf("%s/%s: %w", u.GetKind(), u.GetName(), err)
+		}
+		b.WriteString("---\n")
+		b.Write(y)
+	}
+	return b.String(), nil
 }
 
 func prefixed(prefix string, names []string) []any {

@@ -44,7 +44,7 @@ var standardPorts = map[string][]int{
 // networkComponent returns the kustomize Component of the configuration's
 // NetworkPolicies and the policies it adds (its policies.yaml), or nil when
 // the configuration needs none.
-func networkComponent(s config.Spec) (component map[string]any, policies []any, err error) {
+func networkComponent(s config.Spec) (component map[string]any, policies []map[string]any, err error) {
 	var patches []any
 	for _, db := range []string{"mongodb", "postgresql", "redis", "rabbitmq"} {
 		d := databaseOf(s, db)
