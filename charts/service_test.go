@@ -112,10 +112,14 @@ func setOnce[T any](t *testing.T, p **T) *T {
 // envSource is what one variable should hold: a literal, or a Secret key.
 type envSource struct {
 	value, secret, key string
+	optional           bool
 }
 
 func lit(v string) envSource         { return envSource{value: v} }
 func sec(name, key string) envSource { return envSource{secret: name, key: key} }
+
+// optSec is a Secret's key that may be absent (the key rings).
+func optSec(name, key string) envSource { return envSource{secret: name, key: key, optional: true} }
 
 // checkEnv asserts the container's environment is exactly want, in order.
 func checkEnv(t *testing.T, c corev1.Container, want []string, sources map[string]envSource) {
@@ -144,7 +148,7 @@ func checkEnv(t *testing.T, c corev1.Container, want []string, sources map[strin
 			continue
 		}
 		ref := e.ValueFrom.SecretKeyRef
-		if ref.Name != s.secret || ref.Key != s.key || (ref.Optional != nil && *ref.Optional) {
+		if ref.Name != s.secret || ref.Key != s.key || (ref.Optional != nil && *ref.Optional) != s.optional {
 			t.Errorf("%s: secretKeyRef %s/%s (optional %v), want %s/%s", e.Name, ref.Name, ref.Key, ref.Optional, s.secret, s.key)
 		}
 	}
@@ -171,7 +175,7 @@ global: {platform: {version: 2.7.1}}
 		"MONGODB_HOST", "MONGODB_PORT", "MONGODB_DATABASE", "MONGODB_USERNAME", "MONGODB_PASSWORD",
 		"REDIS_HOST", "REDIS_PORT", "REDIS_PASSWORD",
 		"RABBITMQ_HOST", "RABBITMQ_PORT", "RABBITMQ_USERNAME", "RABBITMQ_PASSWORD",
-		"SIGNING_KEY", "ENCRYPTION_KEY",
+		"SIGNING_KEY", "ENCRYPTION_KEY", "SIGNING_KEYS", "ENCRYPTION_KEYS",
 	}, map[string]envSource{
 		"ONPREM_SERVICE":    lit("pipelines-api"),
 		"ONPREM_VERSION":    lit("2.7.1"),
@@ -190,6 +194,8 @@ global: {platform: {version: 2.7.1}}
 		"RABBITMQ_PASSWORD": sec("onprem-rabbitmq", "password"),
 		"SIGNING_KEY":       sec("onprem-platform-keys", "signing-key"),
 		"ENCRYPTION_KEY":    sec("onprem-platform-keys", "encryption-key"),
+		"SIGNING_KEYS":      optSec("onprem-platform-keys", "signing-keys"),
+		"ENCRYPTION_KEYS":   optSec("onprem-platform-keys", "encryption-keys"),
 	})
 }
 

@@ -17,6 +17,10 @@
 //	GET  .../deps             each dependency and whether it answers
 //	PUT  .../records/KEY      body = value; written to every database it uses
 //	GET  .../records/KEY      the value read back from every database
+//	POST .../tokens           {"token"}: a token signed with the signing key
+//	GET  .../tokens/TOKEN     200 when a key of the signing ring signed it, else 401
+//	POST .../sealed           body = value; {"sealed"}: encrypted with the encryption key
+//	GET  .../sealed/SEALED    {"value"} when a key of the encryption ring opens it, else 401
 package refservice
 
 import (
@@ -44,6 +48,9 @@ type Config struct {
 	PostgreSQL       *Endpoint
 	Redis            *Endpoint
 	RabbitMQ         *Endpoint
+	// Keys are the signing and encryption keys (nil: the service has
+	// none).
+	Keys *Keys
 }
 
 // Endpoint is one dependency's address and credentials.
@@ -114,6 +121,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if c.RabbitMQ, err = endpoint("RABBITMQ", "USERNAME", "PASSWORD"); err != nil {
 		return c, err
 	}
+	c.Keys = keysFromEnv(getenv, &missing)
 	if len(missing) > 0 {
 		return c, fmt.Errorf("missing environment: %s", strings.Join(missing, ", "))
 	}
@@ -279,6 +287,10 @@ func (s *Service) Handler() http.Handler {
 			s.records(w, r, last)
 			return
 		}
+		if last == "tokens" || last == "sealed" || len(parts) >= 2 && (parts[len(parts)-2] == "tokens" || parts[len(parts)-2] == "sealed") {
+			s.keys(w, r, parts)
+			return
+		}
 		switch last {
 		case "healthz":
 			writeJSON(w, http.StatusOK, map[string]string{"status": "alive"})
@@ -354,4 +366,48 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// keys serves tokens and sealed values (Keys).
+func (s *Service) keys(w http.ResponseWriter, r *http.Request, parts []string) {
+	k := s.cfg.Keys
+	if k == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": s.cfg.Service + " has no keys (uses.keys)"})
+		return
+	}
+	last, prev := parts[len(parts)-1], ""
+	if len(parts) >= 2 {
+		prev = parts[len(parts)-2]
+	}
+	switch {
+	case last == "tokens" && r.Method == http.MethodPost:
+		writeJSON(w, http.StatusOK, map[string]string{"token": k.Token(s.cfg.Service, time.Now())})
+	case last == "sealed" && (r.Method == http.MethodPost || r.Method == http.MethodPut):
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		sealed, err := k.Seal(body)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"sealed": sealed})
+	case prev == "tokens" && r.Method == http.MethodGet:
+		if err := k.VerifyToken(last); err != nil {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"valid": false, "error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"valid": true})
+	case prev == "sealed" && r.Method == http.MethodGet:
+		v, err := k.Unseal(last)
+		if err != nil {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"value": string(v)})
+	default:
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "POST .../tokens, GET .../tokens/TOKEN, POST .../sealed, GET .../sealed/VALUE"})
+	}
 }

@@ -109,6 +109,16 @@ hardening overlay match on "true" or on the label's absence.
       key: {{ .key | quote }}
 {{- end -}}
 
+{{/* An environment variable from a Secret's key that may be absent. */}}
+{{- define "service.optionalSecretEnv" -}}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secret | quote }}
+      key: {{ .key | quote }}
+      optional: true
+{{- end -}}
+
 {{/*
 <DB>_HOST and <DB>_PORT. In the cluster they are values; for an external
 database they come from the operator's connection Secret, which is then the
