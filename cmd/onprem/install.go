@@ -104,4 +104,7 @@ func printInstall(w io.Writer, res *action.InstallResult) {
 	if res.CredentialRotation != "" {
 		fmt.Fprintf(w, "credentials: %s\n", res.CredentialRotation)
 	}
+	if res.KeyRotation != "" {
+		fmt.Fprintf(w, "keys: %s\n", res.KeyRotation)
+	}
 }

@@ -35,9 +35,12 @@ changes them when you decide to: a leak, an auditor's policy, an expiry.
                                 old CA retired
   onprem rotate credentials     new database logins (PostgreSQL, MongoDB)
                                 for the services, none ever disconnected
+  onprem rotate keys            new signing and encryption keys, the old ones
+                                still verifying and decrypting; --retire
+                                drops the old ones
 
-The database admins, Redis, RabbitMQ and the signing and encryption keys
-are listed but not yet rotated by onprem.`,
+The database admins, Redis and RabbitMQ are listed but not yet rotated by
+onprem.`,
 		Example: `  onprem rotate --list
   onprem rotate --list -o json
   onprem rotate certificates --dry-run`,
@@ -60,7 +63,7 @@ are listed but not yet rotated by onprem.`,
 	addTargetFlags(cmd, &a.Target)
 	cmd.Flags().BoolVar(&list, "list", false, "list the Secrets onprem manages, their age and their certificates' expiry")
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
-	cmd.AddCommand(newRotateCertificatesCmd(), newRotateCredentialsCmd())
+	cmd.AddCommand(newRotateCertificatesCmd(), newRotateCredentialsCmd(), newRotateKeysCmd())
 	return cmd
 }
 
@@ -299,5 +302,87 @@ func printRotateCredentials(w io.Writer, res *action.RotateCredentialsResult) {
 			what = "would restart"
 		}
 		fmt.Fprintf(w, "%s: %s\n", what, strings.Join(restarted, ", "))
+	}
+}
+
+func newRotateKeysCmd() *cobra.Command {
+	a := &action.RotateKeys{}
+	var format string
+	cmd := &cobra.Command{
+		Use:   "keys [--retire] [--dry-run]",
+		Short: "Rotate the platform's signing and encryption keys with a key ring",
+		Long: `Rotate the keys the services sign tokens and encrypt data with (Secret
+onprem-platform-keys). Each kind of key has a ring: the current key signs
+or encrypts, every key of the ring verifies or decrypts, so tokens issued
+and data encrypted before a rotation stay valid.
+
+  (no flag)   new keys, in two steps that keep every request working:
+                1. the new keys join the rings, and every service that
+                   reads them restarts: each pod now accepts the new keys,
+                   but still signs and encrypts with the old ones;
+                2. the new keys sign and encrypt, and the services restart
+                   again. Whatever a pod makes, every other pod, restarted
+                   or not, accepts.
+  --retire    the rings keep only the current keys, and the services
+              restart: tokens signed and data encrypted with an older key
+              are refused from then on. Run it once tokens issued before
+              the rotation have expired and old data is re-encrypted.
+
+A run that is killed, or that fails (a rollout that does not finish within
+--timeout), is finished by the same command run again: the Secret records
+the step it reached. Every rotation takes the installation's lock and is
+recorded in the history (never a key); --dry-run says what would change and
+writes nothing. The operator's own Secret (without the label
+onprem.dev/generated=true) is never changed.
+
+Exit code 0 when rotated (or nothing to retire), 2 when refused (nothing
+changed), 3 when the cluster cannot be reached, 1 when a step failed (run
+it again).`,
+		Example: `  onprem rotate keys --dry-run
+  onprem rotate keys
+  onprem rotate keys --retire`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
+				return inputError{err}
+			}
+			w := cmd.ErrOrStderr()
+			a.Progress = func(line string) { fmt.Fprintln(w, line) }
+			res, err := a.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRotateKeys(w, res) })
+		},
+	}
+	addClusterFlags(cmd, &a.Cluster)
+	addTargetFlags(cmd, &a.Target)
+	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().BoolVar(&a.Retire, "retire", false, "keep only the current keys: tokens and data of older keys are refused from then on")
+	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", 5*time.Minute, "how long each restarted workload may take to roll out")
+	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
+	return cmd
+}
+
+func printRotateKeys(w io.Writer, res *rotate.KeysResult) {
+	verb := "rotated"
+	switch {
+	case res.DryRun:
+		verb = "would rotate (dry run, nothing written)"
+	case !res.Changed:
+		verb = "unchanged"
+	}
+	fmt.Fprintf(w, "%s %s: %s\n", res.Secret, verb, res.Summary)
+	if res.Resumed != "" {
+		fmt.Fprintf(w, "finished a rotation interrupted while %s\n", res.Resumed)
+	}
+	fmt.Fprintf(w, "keys in each ring: %d before, %d after\n", res.RingBefore, res.RingAfter)
+	if len(res.Restarted) > 0 {
+		what := "restarted"
+		if res.DryRun {
+			what = "would restart"
+		}
+		fmt.Fprintf(w, "%s: %s\n", what, strings.Join(res.Restarted, ", "))
 	}
 }

@@ -84,6 +84,9 @@ type InstallResult struct {
 	// did: the logins rotated, or why not ("" when none was due or it is
 	// not asked for).
 	CredentialRotation string `json:"credentialRotation,omitempty"`
+	// KeyRotation says what spec.rotation.keysMaxAgeDays did: the keys
+	// rotated, or why not ("" when not due or not asked for).
+	KeyRotation string `json:"keyRotation,omitempty"`
 	// Runners are the runners of spec.runners[], installed or converged
 	// after the components; UndeclaredRunners are the other runners
 	// registered with the installation, left alone.
@@ -226,6 +229,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 	out.CredentialRotation = rotateCredentialsIfDue(ctx, cl, i.Exec, res.Namespace, in, st, i.Timeout)
+	out.KeyRotation = rotateKeysIfDue(ctx, cl, res.Namespace, in, i.Timeout)
 	st.ConfigDigest = digest
 	// Backups carry the configuration that made the platform (with its
 	// overlay folders), so a restore can make it again anywhere.
@@ -238,6 +242,9 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	msg := fmt.Sprintf("%d components ready", len(arep.Components))
 	if out.CredentialRotation != "" {
 		msg += "; credentials " + out.CredentialRotation
+	}
+	if out.KeyRotation != "" {
+		msg += "; keys " + out.KeyRotation
 	}
 	if err := finish(state.OutcomeSucceeded, msg); err != nil {
 		return out, err
@@ -316,6 +323,38 @@ func rotateCredentialsIfDue(ctx context.Context, cl *kube.Cluster, ex podexec.Ex
 	}
 	slog.Info("credentials rotated (spec.rotation.credentialsMaxAgeDays)", "logins", strings.Join(done, ", "))
 	return "rotated (spec.rotation.credentialsMaxAgeDays): " + strings.Join(done, ", ")
+}
+
+// rotateKeysIfDue rotates the signing and encryption keys when
+// spec.rotation.keysMaxAgeDays says they are old, or finishes a key
+// rotation that was interrupted, once the platform has converged
+// (installer/rotate). It never retires the old keys: tokens issued before
+// stay valid until the operator runs 'onprem rotate keys --retire'. A
+// rotation that fails does not fail the install: every pod accepts the
+// keys any other pod uses, and the result and the log say what to run.
+func rotateKeysIfDue(ctx context.Context, cl *kube.Cluster, ns string, in *config.Installation, timeout time.Duration) string {
+	days := in.Spec.Rotation.KeysMaxAgeDays
+	if days <= 0 {
+		return ""
+	}
+	due, err := rotate.KeysDue(ctx, cl.Client, ns, time.Duration(days)*24*time.Hour, time.Now())
+	if err == nil && !due {
+		return ""
+	}
+	var res *rotate.KeysResult
+	if err == nil {
+		res, err = rotate.Keys(ctx, rotate.KeysOptions{Client: cl.Client, Namespace: ns, RolloutTimeout: timeout,
+			Progress: func(line string) { slog.Info("key rotation: " + line) }})
+	}
+	if err != nil {
+		msg := fmt.Sprintf("the signing and encryption keys are due for rotation (spec.rotation.keysMaxAgeDays) but were not rotated: %v; "+
+			"every service accepts the keys in use: run 'onprem rotate keys' to finish", err)
+		slog.Warn(msg)
+		return msg
+	}
+	msg := fmt.Sprintf("rotated (spec.rotation.keysMaxAgeDays): %d keys in each ring; retire the older ones with 'onprem rotate keys --retire' once their tokens have expired", res.RingAfter)
+	slog.Info("keys " + msg)
+	return msg
 }
 
 // renewIfDue renews the self-signed serving certificate when

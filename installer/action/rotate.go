@@ -348,3 +348,76 @@ func credentialOptions(cl *kube.Cluster, ex podexec.Executor, ns, engine string,
 	return rotate.CredentialsOptions{Client: cl.Client, Namespace: ns, Engine: engine, Services: services, RolloutTimeout: timeout,
 		Progress: progress, Logins: rotate.PodLogins{Client: cl.Client, Namespace: ns, Exec: ex}}
 }
+
+// RotateKeys rotates the platform's signing and encryption keys with a
+// key ring (rotate.Keys): the new keys verify everywhere before they
+// sign, and the old ones keep verifying until Retire. It takes the
+// installation's lock and records the rotation (never a key) in the
+// history; a dry run does neither and writes nothing.
+type RotateKeys struct {
+	Target
+	// Retire drops every key but the current ones.
+	Retire bool
+	DryRun bool
+	// Timeout bounds each workload's rollout (5 min when zero).
+	Timeout   time.Duration
+	LockWait  time.Duration
+	LockLease time.Duration
+	Progress  func(string)
+}
+
+// Run rotates.
+func (r *RotateKeys) Run(ctx context.Context) (*rotate.KeysResult, error) {
+	ns, err := r.Target.namespace(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kube.Connect(ctx, r.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	opts := rotate.KeysOptions{Client: cl.Client, Namespace: ns, Retire: r.Retire, DryRun: r.DryRun, RolloutTimeout: r.Timeout, Progress: r.Progress}
+	if r.DryRun {
+		st, err := state.NewStore(cl.Client, ns).Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if st.Version == "" {
+			return nil, inputErr(&NotInstalledError{Namespace: ns})
+		}
+		res, err := rotate.Keys(ctx, opts)
+		return res, rotateErr(err)
+	}
+	ctx, h, err := lockAndLoad(ctx, cl, ns, "rotate keys", r.LockWait, r.LockLease)
+	if err != nil {
+		return nil, err
+	}
+	defer h.unlock()
+	if h.st.Version == "" {
+		return nil, inputErr(&NotInstalledError{Namespace: ns})
+	}
+	probe := opts
+	probe.DryRun = true
+	if _, err := rotate.Keys(ctx, probe); err != nil {
+		return nil, rotateErr(err)
+	}
+	what := "rotating the signing and encryption keys"
+	if r.Retire {
+		what = "retiring the older signing and encryption keys"
+	}
+	if err := h.store.Begin(ctx, h.st, state.Operation{Kind: state.KindRotate, Version: h.st.Version, Installer: version.Version, Message: what}); err != nil {
+		return nil, err
+	}
+	res, err := rotate.Keys(ctx, opts)
+	if err != nil {
+		if ferr := h.store.Finish(context.WithoutCancel(ctx), h.st, state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return nil, rotateErr(err)
+	}
+	msg := fmt.Sprintf("keys: %s (%d key(s) in each ring)", res.Summary, res.RingAfter)
+	if err := h.store.Finish(ctx, h.st, state.OutcomeSucceeded, msg); err != nil {
+		return nil, fmt.Errorf("keys rotated, but recording it failed: %w", err)
+	}
+	return res, nil
+}

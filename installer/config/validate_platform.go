@@ -42,9 +42,14 @@ func (v *validator) rotation(s *Spec) {
 		v.c.add("spec.rotation.credentialsMaxAgeDays", "e.g. 90 rotates the services' database logins every 90 days; 0 never rotates them by itself",
 			"%d: give the age in days after which 'onprem install' rotates a service's database login, 1 to %d", days, MaxCredentialsAgeDays)
 	}
+	if days := s.Rotation.KeysMaxAgeDays; days < 0 || days > MaxCredentialsAgeDays {
+		v.c.add("spec.rotation.keysMaxAgeDays", "e.g. 180 rotates the signing and encryption keys twice a year; 0 never rotates them by itself",
+			"%d: give the age in days after which 'onprem install' rotates the signing and encryption keys, 1 to %d", days, MaxCredentialsAgeDays)
+	}
 }
 
-// MaxCredentialsAgeDays is the largest spec.rotation.credentialsMaxAgeDays.
+// MaxCredentialsAgeDays is the largest spec.rotation.credentialsMaxAgeDays
+// and keysMaxAgeDays.
 const MaxCredentialsAgeDays = 3650
 
 func (v *validator) ingress(s *Spec) {

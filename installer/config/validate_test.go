@@ -141,6 +141,9 @@ func TestValidateRules(t *testing.T) {
 		{"certificate max age negative", func(in *Installation) { in.Spec.Rotation.CertificateMaxAgeDays = -1 }, []string{
 			`spec.rotation.certificateMaxAgeDays: -1: give the age in days after which 'onprem install' renews the certificate, 1 to 790; e.g. 365 renews the certificate once a year; 0 never renews it by itself`}},
 		{"certificate max age", func(in *Installation) { in.Spec.Rotation.CertificateMaxAgeDays = 365 }, nil},
+		{"keys max age too long", func(in *Installation) { in.Spec.Rotation.KeysMaxAgeDays = 4000 }, []string{
+			`spec.rotation.keysMaxAgeDays: 4000: give the age in days after which 'onprem install' rotates the signing and encryption keys, 1 to 3650; e.g. 180 rotates the signing and encryption keys twice a year; 0 never rotates them by itself`}},
+		{"keys max age", func(in *Installation) { in.Spec.Rotation.KeysMaxAgeDays = 180 }, nil},
 		{"tls mode typo", func(in *Installation) { in.Spec.TLS.Mode = "selfsigned" }, []string{
 			`spec.tls.mode: "selfsigned" is not valid (valid: selfSigned, secret); did you mean "selfSigned"?`}},
 		{"serviceType with existing", func(in *Installation) {

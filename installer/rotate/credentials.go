@@ -430,10 +430,13 @@ func redactErr(err error, password []byte) error {
 	return errors.New(secrets.Redact(err.Error(), password))
 }
 
-// loginsDigest is the digest of the logins (Secret and username) of the
-// Secrets among names that a workload reads: the same logins give the
-// same digest, so a resumed rotation does not roll a workload twice.
-func loginsDigest(ctx context.Context, c kubernetes.Interface, ns string, names []string) (string, error) {
+// secretsDigest is the digest of what the Secrets among names hold that
+// a rotation changes: the login (username) of a login Secret, a hash of
+// the values of any other. The same values give the same digest, so a
+// resumed rotation does not roll a workload twice; the digest reveals
+// nothing of a value (a truncated SHA-256 of 32 random characters or
+// bytes and more).
+func secretsDigest(ctx context.Context, c kubernetes.Interface, ns string, names []string) (string, error) {
 	sort.Strings(names)
 	h := sha256.New()
 	for _, n := range names {
@@ -442,6 +445,18 @@ func loginsDigest(ctx context.Context, c kubernetes.Interface, ns string, names 
 			return "", fmt.Errorf("reading secret %s/%s: %w", ns, n, err)
 		}
 		fmt.Fprintf(h, "%s=%s\n", n, s.Data["username"])
+		if len(s.Data["username"]) > 0 {
+			continue
+		}
+		keys := make([]string, 0, len(s.Data))
+		for k := range s.Data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			v := sha256.Sum256(s.Data[k])
+			fmt.Fprintf(h, "%s:%x\n", k, v)
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

@@ -110,17 +110,30 @@ func secretsRead(p *corev1.PodSpec, names []string) []string {
 }
 
 // restart rolls every workload that reads any of the Secrets names onto
-// their current values, and waits until each has only new pods, ready.
-// A workload whose annotation has the Secrets' digest already is not
-// rolled again (a resumed rotation).
+// their new logins (restartFor).
 func restart(ctx context.Context, c kubernetes.Interface, ns string, names []string, timeout time.Duration, say func(string, ...any)) ([]string, error) {
-	ws, err := workloads(ctx, c, ns, names)
+	return restartFor(ctx, c, ns, names, nil, timeout, "every pod uses the new login", say)
+}
+
+// restartFor rolls every workload that reads any of the Secrets names,
+// but those of skip ("StatefulSet/name"), onto their current values (why
+// says what they are), and waits until each has only new pods, ready. A
+// workload whose annotation has the Secrets' digest already is not rolled
+// again (a resumed rotation).
+func restartFor(ctx context.Context, c kubernetes.Interface, ns string, names, skip []string, timeout time.Duration, why string, say func(string, ...any)) ([]string, error) {
+	all, err := workloads(ctx, c, ns, names)
 	if err != nil {
 		return nil, err
 	}
+	var ws []workload
+	for _, w := range all {
+		if !slices.Contains(skip, w.String()) {
+			ws = append(ws, w)
+		}
+	}
 	var done []string
 	for _, w := range ws {
-		digest, err := loginsDigest(ctx, c, ns, w.secrets)
+		digest, err := secretsDigest(ctx, c, ns, w.secrets)
 		if err != nil {
 			return done, err
 		}
@@ -141,7 +154,7 @@ func restart(ctx context.Context, c kubernetes.Interface, ns string, names []str
 			if err != nil {
 				return done, fmt.Errorf("restarting %s: %w", w, err)
 			}
-			say("restarting %s onto its new login", w)
+			say("restarting %s: %s", w, why)
 		}
 		done = append(done, w.String())
 	}
@@ -149,7 +162,7 @@ func restart(ctx context.Context, c kubernetes.Interface, ns string, names []str
 		if err := waitRolledOut(ctx, c, ns, w, timeout); err != nil {
 			return done, err
 		}
-		say("%s: every pod uses the new login", w)
+		say("%s rolled out: %s", w, why)
 	}
 	return done, nil
 }

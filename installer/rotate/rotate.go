@@ -126,6 +126,8 @@ func rotateCommand(kind, name string) string {
 	switch {
 	case kind == KindCertificate:
 		return "onprem rotate certificates"
+	case kind == KindKeys:
+		return "onprem rotate keys"
 	case kind == KindCredential && name != credentials.PostgreSQLAdmin && name != credentials.MongoDBAdmin:
 		for _, engine := range []string{PostgreSQL, MongoDB} {
 			if svc, ok := serviceOf(name, engine); ok {
