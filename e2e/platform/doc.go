@@ -46,6 +46,12 @@
 //     controller: no request fails, the controller serves each new
 //     certificate (the time it took is logged), and afterwards a client
 //     holding only the old CA is refused (rotate_test.go); `onprem
+//     rotate credentials --all` under the same traffic and the service
+//     proxy's, PostgreSQL refusing the old login afterwards; `onprem
+//     rotate keys` while pipelines-api signs and checks tokens through the
+//     ingress controller (no request fails, a token and a sealed value of
+//     the old keys still accepted), then `--retire`: both refused, a new
+//     token accepted (keys_test.go); `onprem
 //     console` started, logged into with the URL it prints, its overview
 //     and pipelines-api's page (with real log lines) checked, and stopped
 //     with an interrupt (console_test.go);

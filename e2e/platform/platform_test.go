@@ -266,6 +266,7 @@ func TestPlatform(t *testing.T) {
 	// are read through the ingress controller.
 	e.rotateCertificates(ctx, readPaths)
 	e.rotateCredentials(ctx, readPaths, records)
+	e.rotateKeys(ctx, readPaths)
 
 	e.step("the admin console serves the overview and a service's page of the real platform", func() { e.consoleOverview(mid) })
 

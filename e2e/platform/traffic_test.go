@@ -5,9 +5,7 @@ package platform
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -76,7 +74,7 @@ func (e *env) startTraffic(paths ...string) *traffic {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				tr.record(path, get(client, path))
+				tr.record(path, call(client, http.MethodGet, path, nil))
 			}()
 		}
 	}()
@@ -100,23 +98,6 @@ func (tr *traffic) record(path string, err error) {
 	if len(tr.examples) < 5 {
 		tr.examples = append(tr.examples, fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err))
 	}
-}
-
-func get(client *http.Client, path string) error {
-	req, err := http.NewRequest(http.MethodGet, "https://"+domain+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
-	}
-	return nil
 }
 
 // stop ends the traffic, waits for the requests in flight, and returns
