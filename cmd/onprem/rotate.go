@@ -33,14 +33,14 @@ changes them when you decide to: a leak, an auditor's policy, an expiry.
   onprem rotate certificates    a new serving certificate; --ca a new CA
                                 trusted beside the old one; --retire-ca the
                                 old CA retired
-  onprem rotate credentials     new database logins (PostgreSQL, MongoDB)
-                                for the services, none ever disconnected
+  onprem rotate credentials     new database logins (PostgreSQL, MongoDB,
+                                RabbitMQ) for the services, none ever
+                                disconnected
   onprem rotate keys            new signing and encryption keys, the old ones
                                 still verifying and decrypting; --retire
                                 drops the old ones
 
-The database admins, Redis and RabbitMQ are listed but not yet rotated by
-onprem.`,
+The database admins and Redis are listed but not yet rotated by onprem.`,
 		Example: `  onprem rotate --list
   onprem rotate --list -o json
   onprem rotate certificates --dry-run`,
@@ -192,19 +192,21 @@ func newRotateCredentialsCmd() *cobra.Command {
 		Use:   "credentials (--all | --database ENGINE... | --component NAME...) [--dry-run]",
 		Short: "Give the services' own database logins new passwords, without disconnecting them",
 		Long: `Rotate the database logins onprem generated for the services (Secrets
-onprem-<service>-postgresql and onprem-<service>-mongodb), in an order that
-keeps every service connected:
+onprem-<service>-postgresql and onprem-<service>-mongodb, and RabbitMQ's
+login that every service shares, onprem-rabbitmq), in an order that keeps
+every service connected:
 
   1. the service's other login (each has two: <name> and <name>_2) gets a
      new password, written to the Secret first, then set in the database
-     with the db-provision Job's own script, run as the admin in the
-     database's pod;
+     as its admin, in the database's pod (the db-provision Job's own
+     script; rabbitmqctl for RabbitMQ);
   2. the Secret switches to that login;
   3. every Deployment and StatefulSet that reads the Secret rolls onto it
      (old pods keep working with the old login until they are replaced);
   4. the old login is revoked and refused from then on. PostgreSQL: no
      LOGIN, no password, its sessions ended. MongoDB: a new random
-     password that nobody holds.
+     password that nobody holds. RabbitMQ: the user deleted, its
+     connections closed. The database's own pods are never restarted.
 
 In PostgreSQL the second login is a member of the role that owns the
 service's database and becomes it in every session, so what a service
@@ -212,8 +214,8 @@ creates belongs to the owner whichever login it uses: the two logins
 alternate at every rotation and no data moves.
 
   --all                   every service's logins on every database onprem
-                          runs (PostgreSQL and MongoDB)
-  --database ENGINE       postgresql or mongodb (repeatable)
+                          runs (PostgreSQL, MongoDB, RabbitMQ)
+  --database ENGINE       postgresql, mongodb or rabbitmq (repeatable)
   --component NAME        only that service's logins (repeatable; with
                           --database, only on that engine)
 
@@ -225,8 +227,8 @@ logins, never a password); --dry-run says what would change and writes
 nothing.
 
 Not rotated by onprem: databases in external mode (their credentials are
-yours; naming one is refused, exit 2, nothing changed), the database
-admins, Redis and RabbitMQ.
+yours; naming one is refused, exit 2, nothing changed); not yet: the
+database admins and Redis.
 
 Exit code 0 when rotated, 2 when refused (nothing changed), 3 when the
 cluster cannot be reached, 1 when a step failed (run it again).`,
@@ -243,7 +245,7 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 			case all && (len(a.Engines) > 0 || len(a.Components) > 0):
 				return inputError{fmt.Errorf("--all rotates every login: give it alone, or name --database or --component instead")}
 			case !all && len(a.Engines) == 0 && len(a.Components) == 0:
-				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb, or --component NAME (see --help)")}
+				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb|rabbitmq, or --component NAME (see --help)")}
 			}
 			w := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(w, line) }
@@ -257,7 +259,7 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 	addClusterFlags(cmd, &a.Cluster)
 	addTargetFlags(cmd, &a.Target)
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql or mongodb (repeatable)")
+	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql, mongodb or rabbitmq (repeatable)")
 	cmd.Flags().StringArrayVar(&a.Components, "component", nil, "rotate only this service's logins (repeatable)")
 	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")

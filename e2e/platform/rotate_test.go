@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -187,7 +188,7 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 		break
 	}
 	e.step("database logins rotated under traffic (rotate credentials --all): no request fails, the old login is refused", func() {
-		oldPG, oldMongo := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb")
+		oldPG, oldMongo, oldMQ := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb"), readSecret("onprem-rabbitmq")
 		proxied := e.startProxyTraffic(ctx, "audit-manager", "records/"+key)
 		var res action.RotateCredentialsResult
 		r := e.underTraffic("database logins rotated", func() {
@@ -207,13 +208,13 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 			restarted = append(restarted, er.Restarted...)
 			switched += len(er.Logins)
 		}
-		if len(res.Engines) != 2 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
+		if len(res.Engines) != 3 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
 			t.Fatalf("the rotation switched %d logins on %d engines and restarted %v", switched, len(res.Engines), restarted)
 		}
 		t.Logf("switched %d logins; restarted %v", switched, restarted)
 		e.checkRecords(ctx, records)
 
-		for _, old := range []*corev1.Secret{oldPG, oldMongo} {
+		for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ} {
 			if now := readSecret(old.Name); bytes.Equal(now.Data["password"], old.Data["password"]) || bytes.Equal(now.Data["username"], old.Data["username"]) {
 				t.Fatalf("%s holds the same login after the rotation", old.Name)
 			}
@@ -226,7 +227,33 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 			t.Fatalf("PostgreSQL and the old login: %v, want it refused", err)
 		}
 		t.Logf("the old PostgreSQL login: %v", err)
+		if err := e.mqLogin(ctx, readSecret(oldMQ.Name)); err != nil {
+			t.Fatalf("RabbitMQ refuses the new login: %v", err)
+		}
+		if err := e.mqLogin(ctx, oldMQ); err == nil {
+			t.Fatalf("RabbitMQ accepts the old login %s", oldMQ.Data["username"])
+		} else {
+			t.Logf("the old RabbitMQ login: %v", err)
+		}
 	})
+}
+
+// mqLogin checks a login (RabbitMQ's Secret) with rabbitmqctl
+// authenticate_user in RabbitMQ's pod; the password travels on its
+// standard input.
+func (e *env) mqLogin(ctx context.Context, s *corev1.Secret) error {
+	target, err := dbdump.Pod(ctx, e.cluster.Client, namespace, dbdump.RabbitMQ)
+	if err != nil {
+		return err
+	}
+	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
+	cmd := []string{"sh", "-c", `IFS= read -r password; printf '%s\n' "$password" | exec rabbitmqctl --quiet authenticate_user "$1"`,
+		"sh", string(s.Data["username"])}
+	var out strings.Builder
+	if err := ex.Exec(ctx, target, cmd, strings.NewReader(string(s.Data["password"])+"\n"), &out); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
 
 // pgLogin logs in to PostgreSQL, in its pod, over TCP (password

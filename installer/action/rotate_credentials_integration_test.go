@@ -190,12 +190,14 @@ func TestRotateCredentials(t *testing.T) {
 		}
 	}
 	rotateAll := func() (*RotateCredentialsResult, error) {
-		return (&RotateCredentials{Target: target, Exec: ex, Timeout: time.Minute}).Run(ctx)
+		// RabbitMQ's shared login has a test of its own
+		// (TestRotateRabbitMQLogin).
+		return (&RotateCredentials{Target: target, Engines: engines, Exec: ex, Timeout: time.Minute}).Run(ctx)
 	}
 
 	// A dry run says what would change and writes nothing.
 	history := len(loadState(t, c.Client).History)
-	dry, err := (&RotateCredentials{Target: target, Exec: ex, DryRun: true}).Run(ctx)
+	dry, err := (&RotateCredentials{Target: target, Engines: engines, Exec: ex, DryRun: true}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

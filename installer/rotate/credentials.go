@@ -47,7 +47,14 @@ const secondLoginSuffix = "_2"
 const (
 	PostgreSQL = "postgresql"
 	MongoDB    = "mongodb"
+	// RabbitMQ has one login that every service shares (the Secret
+	// credentials.RabbitMQ): it alternates like a service's own.
+	RabbitMQ = "rabbitmq"
 )
+
+// SharedLogin is the service name a rotation gives RabbitMQ's one login,
+// which every service uses.
+const SharedLogin = "all services"
 
 // Login is a service's login on its database engine.
 type Login struct {
@@ -162,9 +169,9 @@ func (s serviceLogin) next() string {
 // result name Secrets and logins.
 func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult, error) {
 	switch o.Engine {
-	case PostgreSQL, MongoDB:
+	case PostgreSQL, MongoDB, RabbitMQ:
 	default:
-		return nil, refused("database engine %q: onprem rotates services' logins on %s and %s", o.Engine, PostgreSQL, MongoDB)
+		return nil, refused("database engine %q: onprem rotates services' logins on %s, %s and %s", o.Engine, PostgreSQL, MongoDB, RabbitMQ)
 	}
 	if o.Logins == nil {
 		return nil, errors.New("rotating credentials: no way to reach the database (Logins)")
@@ -202,8 +209,11 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 		}
 		res.Logins = append(res.Logins, ch)
 	}
+	// The engine's own pods read its Secret too (RabbitMQ's first user):
+	// they are not restarted, which would interrupt every service.
+	skip := []string{"StatefulSet/" + o.Engine}
 	if o.DryRun {
-		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, secretNames(logins))
+		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, secretNames(logins), skip)
 		return res, err
 	}
 
@@ -256,7 +266,8 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 		say("%s: Secret %s now holds login %s", l.service, l.secret.Name, next.Username)
 	}
 
-	restarted, err := restart(ctx, o.Client, o.Namespace, secretNames(logins), timeout, say)
+	restarted, err := restartFor(ctx, o.Client, o.Namespace, secretNames(logins), skip, timeout,
+		"every pod uses the new login", say)
 	res.Restarted = restarted
 	if err != nil {
 		return nil, fmt.Errorf("restarting the services onto their new logins (the old logins still work; run the rotation again): %w", err)
@@ -329,9 +340,13 @@ func ServiceLogins(ctx context.Context, c kubernetes.Interface, ns, engine strin
 // OwnLoginRefused is the refusal to rotate a service's login held in a
 // Secret that is the operator's own.
 func OwnLoginRefused(ns, engine, service string) error {
+	name := credentials.ServiceSecret(service, engine)
+	if engine == RabbitMQ {
+		name = credentials.RabbitMQ
+	}
 	return refused("secret %s/%s holds %s's %s login but is your own (it lacks the label %s=true), so onprem never changes it: "+
 		"rotate that login where it comes from, then update the Secret and restart the service",
-		ns, credentials.ServiceSecret(service, engine), service, engine, secrets.LabelGenerated)
+		ns, name, service, engine, secrets.LabelGenerated)
 }
 
 // serviceOf is the service whose engine login Secret name is.
@@ -353,11 +368,14 @@ func readLogins(ctx context.Context, c kubernetes.Interface, ns, engine string) 
 	for i := range l.Items {
 		s := &l.Items[i]
 		svc, ok := serviceOf(s.Name, engine)
+		if engine == RabbitMQ {
+			svc, ok = SharedLogin, s.Name == credentials.RabbitMQ
+		}
 		switch {
 		case !ok:
 		case s.Labels[secrets.LabelGenerated] != "true":
 			operators[svc] = true
-		case len(s.Data["username"]) > 0 && len(s.Data["password"]) > 0 && len(s.Data["database"]) > 0:
+		case len(s.Data["username"]) > 0 && len(s.Data["password"]) > 0 && (len(s.Data["database"]) > 0 || engine == RabbitMQ):
 			all = append(all, serviceLogin{service: svc, secret: s})
 		}
 	}

@@ -190,7 +190,7 @@ func Keys(ctx context.Context, o KeysOptions) (*KeysResult, error) {
 		res.Summary = "new signing and encryption keys; the old ones still verify and decrypt until 'onprem rotate keys --retire'"
 	}
 	if o.DryRun {
-		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, []string{name})
+		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, []string{name}, nil)
 		return res, err
 	}
 

@@ -18,7 +18,8 @@ import (
 
 // PodLogins changes logins with the engine's own client, run as its admin
 // in the engine's pod (installer/podexec), with the db-provision chart's
-// own scripts: psql for PostgreSQL, mongosh for MongoDB. Every value
+// own scripts: psql for PostgreSQL, mongosh for MongoDB; rabbitmqctl for
+// RabbitMQ (which reaches the node with the Erlang cookie). Every value
 // travels on the command's standard input, never on a command line, and
 // the admin's password comes from the container's environment.
 type PodLogins struct {
@@ -65,9 +66,42 @@ PGPASSWORD="$POSTGRES_PASSWORD" exec psql --host="$host" --port="$port" --userna
   --dbname=postgres --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --file=-
 `}
 
+// rabbitmqGrant makes the user read on standard input (a line, then its
+// password on the next) an administrator of every virtual host with every
+// permission, as RabbitMQ's first user is, with that password: created,
+// or its password changed. rabbitmqctl reads the password on its standard
+// input.
+var rabbitmqGrant = []string{"sh", "-c", `set -eu
+IFS= read -r username; IFS= read -r password
+if rabbitmqctl --quiet list_users --no-table-headers --silent | cut -f1 | grep -qxF -- "$username"; then
+  printf '%s\n' "$password" | rabbitmqctl --quiet change_password -- "$username" >/dev/null
+else
+  printf '%s\n' "$password" | rabbitmqctl --quiet add_user -- "$username" >/dev/null
+fi
+unset password
+rabbitmqctl --quiet set_user_tags -- "$username" administrator >/dev/null
+rabbitmqctl --quiet list_vhosts --no-table-headers --silent | while IFS= read -r vhost; do
+  rabbitmqctl --quiet set_permissions -p "$vhost" -- "$username" '.*' '.*' '.*' >/dev/null
+done
+`}
+
+// rabbitmqRevoke deletes the user read on standard input, which ends its
+// connections; a user that does not exist is revoked already.
+var rabbitmqRevoke = []string{"sh", "-c", `set -eu
+IFS= read -r username
+if rabbitmqctl --quiet list_users --no-table-headers --silent | cut -f1 | grep -qxF -- "$username"; then
+  rabbitmqctl --quiet delete_user -- "$username" >/dev/null
+fi
+`}
+
 // Grant implements Logins.
 func (p PodLogins) Grant(ctx context.Context, engine string, l Login) error {
 	switch engine {
+	case RabbitMQ:
+		if err := oneLine(l.Username, string(l.Password)); err != nil {
+			return err
+		}
+		return p.run(ctx, engine, rabbitmqGrant, strings.NewReader(l.Username+"\n"+string(l.Password)+"\n"), l.Password)
 	case PostgreSQL:
 		script, err := fs.ReadFile(charts.FS, provisionSQL)
 		if err != nil {
@@ -88,10 +122,8 @@ func (p PodLogins) Grant(ctx context.Context, engine string, l Login) error {
 		if err != nil {
 			return fmt.Errorf("reading the provisioning script: %w", err)
 		}
-		for _, v := range []string{l.Username, string(l.Password), l.Database} {
-			if v == "" || strings.ContainsAny(v, "\n\r\x00") {
-				return fmt.Errorf("a login's username, password and database must be one non-empty line each")
-			}
+		if err := oneLine(l.Username, string(l.Password), l.Database); err != nil {
+			return err
 		}
 		in := strings.NewReader(l.Username + "\n" + string(l.Password) + "\n" + l.Database + "\n")
 		return p.run(ctx, engine, append(slices.Clone(mongosh), string(script)), in, l.Password)
@@ -117,11 +149,17 @@ SELECT count(pg_terminate_backend(pid)) AS ended FROM pg_stat_activity
 WHERE usename = :'username' AND pid <> pg_backend_pid() \gset
 `
 
-// Revoke implements Logins. PostgreSQL: no LOGIN, no password, its
+// Revoke implements Logins. RabbitMQ: the user is deleted, its
+// connections closed. PostgreSQL: no LOGIN, no password, its
 // sessions ended. MongoDB: the user is given a new random password that
 // nobody holds (provisioning does it, so the user keeps nothing else).
 func (p PodLogins) Revoke(ctx context.Context, engine string, l Login) error {
 	switch engine {
+	case RabbitMQ:
+		if err := oneLine(l.Username); err != nil {
+			return err
+		}
+		return p.run(ctx, engine, rabbitmqRevoke, strings.NewReader(l.Username+"\n"), nil)
 	case PostgreSQL:
 		q, err := psqlQuote(l.Username)
 		if err != nil {
@@ -137,6 +175,17 @@ func (p PodLogins) Revoke(ctx context.Context, engine string, l Login) error {
 		return p.Grant(ctx, engine, l)
 	}
 	return fmt.Errorf("onprem does not change %s logins", engine)
+}
+
+// oneLine refuses an empty value or one with a line break or NUL, which
+// the scripts read line by line.
+func oneLine(values ...string) error {
+	for _, v := range values {
+		if v == "" || strings.ContainsAny(v, "\n\r\x00") {
+			return fmt.Errorf("a login's username, password and database must be one non-empty line each")
+		}
+	}
+	return nil
 }
 
 // run runs cmd in the engine's pod; a failure carries the end of what it

@@ -31,9 +31,9 @@ type workload struct {
 func (w workload) String() string { return w.kind + "/" + w.name }
 
 // consumers lists the workloads ("Deployment/name") whose pods read any
-// of the Secrets names.
-func consumers(ctx context.Context, c kubernetes.Interface, ns string, names []string) ([]string, error) {
-	ws, err := workloads(ctx, c, ns, names)
+// of the Secrets names, but those of skip.
+func consumers(ctx context.Context, c kubernetes.Interface, ns string, names, skip []string) ([]string, error) {
+	ws, err := workloads(ctx, c, ns, names, skip)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,9 @@ func consumers(ctx context.Context, c kubernetes.Interface, ns string, names []s
 	return out, nil
 }
 
-func workloads(ctx context.Context, c kubernetes.Interface, ns string, names []string) ([]workload, error) {
+// workloads lists the Deployments and StatefulSets whose pods read any of
+// the Secrets names, but those of skip ("StatefulSet/name").
+func workloads(ctx context.Context, c kubernetes.Interface, ns string, names, skip []string) ([]workload, error) {
 	var out []workload
 	deps, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -66,6 +68,7 @@ func workloads(ctx context.Context, c kubernetes.Interface, ns string, names []s
 			out = append(out, workload{kind: "StatefulSet", name: s.Name, template: &s.Spec.Template, secrets: used})
 		}
 	}
+	out = slices.DeleteFunc(out, func(w workload) bool { return slices.Contains(skip, w.String()) })
 	slices.SortFunc(out, func(a, b workload) int { return strings.Compare(a.String(), b.String()) })
 	return out, nil
 }
@@ -109,27 +112,15 @@ func secretsRead(p *corev1.PodSpec, names []string) []string {
 	return out
 }
 
-// restart rolls every workload that reads any of the Secrets names onto
-// their new logins (restartFor).
-func restart(ctx context.Context, c kubernetes.Interface, ns string, names []string, timeout time.Duration, say func(string, ...any)) ([]string, error) {
-	return restartFor(ctx, c, ns, names, nil, timeout, "every pod uses the new login", say)
-}
-
 // restartFor rolls every workload that reads any of the Secrets names,
 // but those of skip ("StatefulSet/name"), onto their current values (why
 // says what they are), and waits until each has only new pods, ready. A
 // workload whose annotation has the Secrets' digest already is not rolled
 // again (a resumed rotation).
 func restartFor(ctx context.Context, c kubernetes.Interface, ns string, names, skip []string, timeout time.Duration, why string, say func(string, ...any)) ([]string, error) {
-	all, err := workloads(ctx, c, ns, names)
+	ws, err := workloads(ctx, c, ns, names, skip)
 	if err != nil {
 		return nil, err
-	}
-	var ws []workload
-	for _, w := range all {
-		if !slices.Contains(skip, w.String()) {
-			ws = append(ws, w)
-		}
 	}
 	var done []string
 	for _, w := range ws {

@@ -128,6 +128,8 @@ func rotateCommand(kind, name string) string {
 		return "onprem rotate certificates"
 	case kind == KindKeys:
 		return "onprem rotate keys"
+	case kind == KindCredential && name == credentials.RabbitMQ:
+		return "onprem rotate credentials --database " + RabbitMQ
 	case kind == KindCredential && name != credentials.PostgreSQLAdmin && name != credentials.MongoDBAdmin:
 		for _, engine := range []string{PostgreSQL, MongoDB} {
 			if svc, ok := serviceOf(name, engine); ok {
