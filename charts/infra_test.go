@@ -1735,3 +1735,32 @@ func TestRabbitmqCookieScript(t *testing.T) {
 		t.Errorf("cookie %q", data)
 	}
 }
+
+// Redis's readiness probe reads the password from the file mounted from
+// its Secret (which the kubelet keeps current), not from the environment,
+// which a password rotation leaves behind (installer/rotate).
+func TestRedisProbeReadsTheMountedPassword(t *testing.T) {
+	for values, secret := range map[string]string{"": "onprem-redis", "global: {databases: {redis: {secretName: other-redis}}}": "other-redis"} {
+		r := infraMustRender(t, "redis", valuesOf(t, values))
+		sts := infraStatefulSet(t, r)
+		c := infraContainer(t, r, "redis")
+		probe := strings.Join(c.ReadinessProbe.Exec.Command, " ")
+		if !strings.Contains(probe, `REDISCLI_AUTH="$(cat /etc/redis-auth/password)"`) {
+			t.Errorf("%s: the readiness probe does not read the mounted password: %s", secret, probe)
+		}
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == "/etc/redis-auth" && m.ReadOnly {
+				for _, v := range sts.Spec.Template.Spec.Volumes {
+					if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == secret && len(v.Secret.Items) == 1 &&
+						v.Secret.Items[0].Key == "password" && v.Secret.Items[0].Path == "password" {
+						mounted = true
+					}
+				}
+			}
+		}
+		if !mounted {
+			t.Errorf("%s: /etc/redis-auth/password is not the Secret's password, mounted read-only", secret)
+		}
+	}
+}

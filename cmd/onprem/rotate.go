@@ -34,13 +34,13 @@ changes them when you decide to: a leak, an auditor's policy, an expiry.
                                 trusted beside the old one; --retire-ca the
                                 old CA retired
   onprem rotate credentials     new database logins (PostgreSQL, MongoDB,
-                                RabbitMQ) for the services, none ever
-                                disconnected
+                                RabbitMQ) and Redis password for the
+                                services, none ever disconnected
   onprem rotate keys            new signing and encryption keys, the old ones
                                 still verifying and decrypting; --retire
                                 drops the old ones
 
-The database admins and Redis are listed but not yet rotated by onprem.`,
+The database admins are listed but not yet rotated by onprem.`,
 		Example: `  onprem rotate --list
   onprem rotate --list -o json
   onprem rotate certificates --dry-run`,
@@ -193,8 +193,8 @@ func newRotateCredentialsCmd() *cobra.Command {
 		Short: "Give the services' own database logins new passwords, without disconnecting them",
 		Long: `Rotate the database logins onprem generated for the services (Secrets
 onprem-<service>-postgresql and onprem-<service>-mongodb, and RabbitMQ's
-login that every service shares, onprem-rabbitmq), in an order that keeps
-every service connected:
+login and Redis's password that every service shares, onprem-rabbitmq and
+onprem-redis), in an order that keeps every service connected:
 
   1. the service's other login (each has two: <name> and <name>_2) gets a
      new password, written to the Secret first, then set in the database
@@ -208,14 +208,20 @@ every service connected:
      password that nobody holds. RabbitMQ: the user deleted, its
      connections closed. The database's own pods are never restarted.
 
+Redis has no second user: its default user holds the old and the new
+password side by side until the services have rolled and the password file
+Redis's own probe reads (mounted from onprem-redis) holds the new one; then
+only the new one is accepted.
+
 In PostgreSQL the second login is a member of the role that owns the
 service's database and becomes it in every session, so what a service
 creates belongs to the owner whichever login it uses: the two logins
 alternate at every rotation and no data moves.
 
   --all                   every service's logins on every database onprem
-                          runs (PostgreSQL, MongoDB, RabbitMQ)
-  --database ENGINE       postgresql, mongodb or rabbitmq (repeatable)
+                          runs (PostgreSQL, MongoDB, RabbitMQ, Redis)
+  --database ENGINE       postgresql, mongodb, rabbitmq or redis
+                          (repeatable)
   --component NAME        only that service's logins (repeatable; with
                           --database, only on that engine)
 
@@ -228,7 +234,7 @@ nothing.
 
 Not rotated by onprem: databases in external mode (their credentials are
 yours; naming one is refused, exit 2, nothing changed); not yet: the
-database admins and Redis.
+database admins.
 
 Exit code 0 when rotated, 2 when refused (nothing changed), 3 when the
 cluster cannot be reached, 1 when a step failed (run it again).`,
@@ -245,7 +251,7 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 			case all && (len(a.Engines) > 0 || len(a.Components) > 0):
 				return inputError{fmt.Errorf("--all rotates every login: give it alone, or name --database or --component instead")}
 			case !all && len(a.Engines) == 0 && len(a.Components) == 0:
-				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb|rabbitmq, or --component NAME (see --help)")}
+				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb|rabbitmq|redis, or --component NAME (see --help)")}
 			}
 			w := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(w, line) }
@@ -259,7 +265,7 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 	addClusterFlags(cmd, &a.Cluster)
 	addTargetFlags(cmd, &a.Target)
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql, mongodb or rabbitmq (repeatable)")
+	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql, mongodb, rabbitmq or redis (repeatable)")
 	cmd.Flags().StringArrayVar(&a.Components, "component", nil, "rotate only this service's logins (repeatable)")
 	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")

@@ -287,14 +287,16 @@ func (e *env) generatedSecrets(ctx context.Context) map[string]map[string][]byte
 	return out
 }
 
-// redis runs redis-cli in the Redis pod (its REDISCLI_AUTH is the
-// password) and returns what it printed.
+// redis runs redis-cli in the Redis pod, with the password of the file
+// mounted from its Secret (the environment's is stale after a rotation),
+// and returns what it printed.
 func (e *env) redis(ctx context.Context, args ...string) string {
 	e.t.Helper()
 	var out bytes.Buffer
 	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
 	target := podexec.Target{Namespace: namespace, Pod: "redis-0", Container: "redis"}
-	if err := ex.Exec(ctx, target, append([]string{"redis-cli", "--no-auth-warning"}, args...), nil, &out); err != nil {
+	cmd := append([]string{"sh", "-c", `REDISCLI_AUTH="$(cat /etc/redis-auth/password)" exec redis-cli --no-auth-warning "$@"`, "sh"}, args...)
+	if err := ex.Exec(ctx, target, cmd, nil, &out); err != nil {
 		e.t.Fatalf("redis-cli %s: %v", strings.Join(args, " "), err)
 	}
 	return out.String()

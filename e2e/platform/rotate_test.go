@@ -188,7 +188,8 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 		break
 	}
 	e.step("database logins rotated under traffic (rotate credentials --all): no request fails, the old login is refused", func() {
-		oldPG, oldMongo, oldMQ := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb"), readSecret("onprem-rabbitmq")
+		oldPG, oldMongo, oldMQ, oldRedis := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb"),
+			readSecret("onprem-rabbitmq"), readSecret("onprem-redis")
 		proxied := e.startProxyTraffic(ctx, "audit-manager", "records/"+key)
 		var res action.RotateCredentialsResult
 		r := e.underTraffic("database logins rotated", func() {
@@ -208,14 +209,15 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 			restarted = append(restarted, er.Restarted...)
 			switched += len(er.Logins)
 		}
-		if len(res.Engines) != 3 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
+		if len(res.Engines) != 4 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
 			t.Fatalf("the rotation switched %d logins on %d engines and restarted %v", switched, len(res.Engines), restarted)
 		}
 		t.Logf("switched %d logins; restarted %v", switched, restarted)
 		e.checkRecords(ctx, records)
 
-		for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ} {
-			if now := readSecret(old.Name); bytes.Equal(now.Data["password"], old.Data["password"]) || bytes.Equal(now.Data["username"], old.Data["username"]) {
+		for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ, oldRedis} {
+			if now := readSecret(old.Name); bytes.Equal(now.Data["password"], old.Data["password"]) ||
+				old.Data["username"] != nil && bytes.Equal(now.Data["username"], old.Data["username"]) {
 				t.Fatalf("%s holds the same login after the rotation", old.Name)
 			}
 		}
@@ -235,7 +237,32 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 		} else {
 			t.Logf("the old RabbitMQ login: %v", err)
 		}
+		if err := e.redisLogin(ctx, readSecret(oldRedis.Name)); err != nil {
+			t.Fatalf("Redis refuses the new password: %v", err)
+		}
+		if err := e.redisLogin(ctx, oldRedis); err == nil {
+			t.Fatal("Redis accepts the old password")
+		} else {
+			t.Logf("the old Redis password: %v", err)
+		}
 	})
+}
+
+// redisLogin pings Redis in its pod with the password of its Secret s,
+// read by redis-cli from its environment, set from standard input.
+func (e *env) redisLogin(ctx context.Context, s *corev1.Secret) error {
+	target, err := dbdump.Pod(ctx, e.cluster.Client, namespace, dbdump.Redis)
+	if err != nil {
+		return err
+	}
+	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
+	cmd := []string{"sh", "-c", `IFS= read -r REDISCLI_AUTH; export REDISCLI_AUTH
+out="$(redis-cli --no-auth-warning ping 2>&1)"; [ "$out" = PONG ] || { echo "$out"; exit 1; }`}
+	var out strings.Builder
+	if err := ex.Exec(ctx, target, cmd, strings.NewReader(string(s.Data["password"])+"\n"), &out); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
 
 // mqLogin checks a login (RabbitMQ's Secret) with rabbitmqctl

@@ -178,7 +178,8 @@ func caNext(st *state.State, res *rotate.CertificatesResult) []string {
 type RotateCredentials struct {
 	Target
 	// Engines are the database engines (rotate.PostgreSQL,
-	// rotate.MongoDB, rotate.RabbitMQ); empty: every one onprem runs.
+	// rotate.MongoDB, rotate.RabbitMQ, rotate.Redis); empty: every one
+	// onprem runs.
 	Engines []string
 	// Components limits the rotation to these services (all when empty).
 	Components []string
@@ -202,7 +203,7 @@ type RotateCredentialsResult struct {
 }
 
 // credentialEngines are the engines whose service logins onprem rotates.
-var credentialEngines = []string{rotate.PostgreSQL, rotate.MongoDB, rotate.RabbitMQ}
+var credentialEngines = []string{rotate.PostgreSQL, rotate.MongoDB, rotate.RabbitMQ, rotate.Redis}
 
 // Run rotates.
 func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, error) {
@@ -230,7 +231,7 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		covered := map[string]bool{}
 		for _, e := range engines {
 			if !slices.Contains(credentialEngines, e) {
-				return nil, inputErr(fmt.Errorf("database engine %q: onprem rotates the services' logins on %s (not yet Redis's password or the database admins')", e, strings.Join(credentialEngines, ", ")))
+				return nil, inputErr(fmt.Errorf("database engine %q: onprem rotates the services' logins on %s (not yet the database admins')", e, strings.Join(credentialEngines, ", ")))
 			}
 			if _, ok := st.Components[e]; !ok {
 				if explicit {

@@ -168,6 +168,15 @@ rabbitmqctl import_definitions "$f" --silent
 `)
 }
 
+// RedisAuth, in a script run in Redis's pod, makes redis-cli use the
+// password of the file the chart mounts from Redis's Secret, which the
+// kubelet keeps current, rather than the container's environment, which a
+// rotation leaves behind (ONPREM_REDIS_AUTH_FILE points elsewhere:
+// tests). Without the file, the environment's REDISCLI_AUTH stays.
+const RedisAuth = `auth="${ONPREM_REDIS_AUTH_FILE:-/etc/redis-auth/password}"
+if [ -r "$auth" ]; then REDISCLI_AUTH="$(cat "$auth")"; export REDISCLI_AUTH; fi
+`
+
 // RedisSnapshot writes a snapshot of Redis (an RDB file) to its standard
 // output. redis-cli writes it to a file first, in Redis's data folder (the
 // container's root filesystem is read-only, and written to its standard
@@ -175,7 +184,7 @@ rabbitmqctl import_definitions "$f" --silent
 // which is removed at the end.
 func RedisSnapshot() []string {
 	e := engines[Redis]
-	return script(e.address() + "\n" + `dir="${ONPREM_REDIS_DIR:-/data}"
+	return script(e.address() + "\n" + RedisAuth + `dir="${ONPREM_REDIS_DIR:-/data}"
 f="$dir/onprem-snapshot.rdb"; trap 'rm -f "$f"' EXIT
 redis-cli -h "$host" -p "$port" --no-auth-warning --rdb "$f" >&2
 cat "$f"
@@ -198,7 +207,7 @@ cat > "$dir/onprem-restore.rdb.tmp" && mv "$dir/onprem-restore.rdb.tmp" "$dir/on
 // aof-use-rdb-preamble), alone in its manifest.
 func RedisSwap() []string {
 	e := engines[Redis]
-	return script(e.address() + "\n" + `dir="${ONPREM_REDIS_DIR:-/data}"
+	return script(e.address() + "\n" + RedisAuth + `dir="${ONPREM_REDIS_DIR:-/data}"
 test -s "$dir/onprem-restore.rdb"
 rm -rf "$dir/appendonlydir.onprem-restore"
 mkdir "$dir/appendonlydir.onprem-restore"

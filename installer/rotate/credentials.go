@@ -169,9 +169,9 @@ func (s serviceLogin) next() string {
 // result name Secrets and logins.
 func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult, error) {
 	switch o.Engine {
-	case PostgreSQL, MongoDB, RabbitMQ:
+	case PostgreSQL, MongoDB, RabbitMQ, Redis:
 	default:
-		return nil, refused("database engine %q: onprem rotates services' logins on %s, %s and %s", o.Engine, PostgreSQL, MongoDB, RabbitMQ)
+		return nil, refused("database engine %q: onprem rotates services' logins on %s, %s, %s and %s", o.Engine, PostgreSQL, MongoDB, RabbitMQ, Redis)
 	}
 	if o.Logins == nil {
 		return nil, errors.New("rotating credentials: no way to reach the database (Logins)")
@@ -194,6 +194,9 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 		newPassword = generatePassword
 	}
 
+	if o.Engine == Redis {
+		return redisPassword(ctx, o, newPassword, now, timeout, say)
+	}
 	logins, err := serviceLogins(ctx, o.Client, o.Namespace, o.Engine, o.Services)
 	if err != nil {
 		return nil, err
@@ -341,8 +344,11 @@ func ServiceLogins(ctx context.Context, c kubernetes.Interface, ns, engine strin
 // Secret that is the operator's own.
 func OwnLoginRefused(ns, engine, service string) error {
 	name := credentials.ServiceSecret(service, engine)
-	if engine == RabbitMQ {
+	switch engine {
+	case RabbitMQ:
 		name = credentials.RabbitMQ
+	case Redis:
+		name = credentials.Redis
 	}
 	return refused("secret %s/%s holds %s's %s login but is your own (it lacks the label %s=true), so onprem never changes it: "+
 		"rotate that login where it comes from, then update the Secret and restart the service",
@@ -368,14 +374,18 @@ func readLogins(ctx context.Context, c kubernetes.Interface, ns, engine string) 
 	for i := range l.Items {
 		s := &l.Items[i]
 		svc, ok := serviceOf(s.Name, engine)
-		if engine == RabbitMQ {
+		switch engine {
+		case RabbitMQ:
 			svc, ok = SharedLogin, s.Name == credentials.RabbitMQ
+		case Redis:
+			svc, ok = SharedLogin, s.Name == credentials.Redis
 		}
 		switch {
 		case !ok:
 		case s.Labels[secrets.LabelGenerated] != "true":
 			operators[svc] = true
-		case len(s.Data["username"]) > 0 && len(s.Data["password"]) > 0 && (len(s.Data["database"]) > 0 || engine == RabbitMQ):
+		case engine == Redis && len(s.Data["password"]) > 0,
+			len(s.Data["username"]) > 0 && len(s.Data["password"]) > 0 && (len(s.Data["database"]) > 0 || engine == RabbitMQ):
 			all = append(all, serviceLogin{service: svc, secret: s})
 		}
 	}

@@ -142,7 +142,7 @@ func TestCredentialsRefusals(t *testing.T) {
 		want string
 	}{
 		{CredentialsOptions{Engine: MongoDB}, "no service has a mongodb login"},
-		{CredentialsOptions{Engine: "redis"}, `"redis"`},
+		{CredentialsOptions{Engine: "nats"}, `"nats"`},
 		{CredentialsOptions{Engine: PostgreSQL, Services: []string{"nope"}}, `"nope" has no postgresql login of its own; these do: audit-manager`},
 		{CredentialsOptions{Engine: PostgreSQL, Namespace: "elsewhere"}, "no service has a postgresql login"},
 		{CredentialsOptions{Engine: PostgreSQL, Services: []string{"billing"}}, "onprem-billing-postgresql holds billing's postgresql login but is your own"},
@@ -234,7 +234,8 @@ func TestRotateCommand(t *testing.T) {
 		"onprem-pipelines-api-mongodb":    "onprem rotate credentials --component pipelines-api --database mongodb",
 		"onprem-postgresql-admin":         "",
 		"onprem-mongodb-admin":            "",
-		"onprem-redis":                    "",
+		"onprem-redis":                    "onprem rotate credentials --database redis",
+		"onprem-rabbitmq":                 "onprem rotate credentials --database rabbitmq",
 	} {
 		if got := rotateCommand(KindCredential, name); got != want {
 			t.Errorf("rotateCommand(%s) = %q, want %q", name, got, want)

@@ -130,6 +130,8 @@ func rotateCommand(kind, name string) string {
 		return "onprem rotate keys"
 	case kind == KindCredential && name == credentials.RabbitMQ:
 		return "onprem rotate credentials --database " + RabbitMQ
+	case kind == KindCredential && name == credentials.Redis:
+		return "onprem rotate credentials --database " + Redis
 	case kind == KindCredential && name != credentials.PostgreSQLAdmin && name != credentials.MongoDBAdmin:
 		for _, engine := range []string{PostgreSQL, MongoDB} {
 			if svc, ok := serviceOf(name, engine); ok {

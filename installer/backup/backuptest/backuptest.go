@@ -45,6 +45,12 @@ type Servers struct {
 	MongoUser      string
 	MongoPass      string
 	RabbitMQ       *testservers.RabbitMQServer
+	// Redis (127.0.0.1:PORT), the password its container's environment
+	// has, and the file that stands for the password the redis chart
+	// mounts from its Secret (a test plays the kubelet that updates it).
+	Redis, RedisPass, RedisAuthFile string
+	// RedisDir is Redis's data folder (the chart's /data).
+	RedisDir string
 }
 
 // Start starts PostgreSQL, FerretDB and RabbitMQ on loopback.
@@ -133,7 +139,15 @@ func (e *Exec) env(container string) ([]string, error) {
 	case "mongodb":
 		return append(hostPort(s.MongoDB), "MONGO_INITDB_ROOT_USERNAME="+s.MongoUser, "MONGO_INITDB_ROOT_PASSWORD="+s.MongoPass), nil
 	case "rabbitmq":
+		if s.RabbitMQ == nil {
+			break
+		}
 		return append([]string(nil), s.RabbitMQ.CLIEnv...), nil
+	case "redis":
+		if s.Redis == "" {
+			break
+		}
+		return append(hostPort(s.Redis), "REDIS_PASSWORD="+s.RedisPass, "REDISCLI_AUTH="+s.RedisPass, "ONPREM_REDIS_AUTH_FILE="+s.RedisAuthFile, "ONPREM_REDIS_DIR="+s.RedisDir), nil
 	}
 	return nil, fmt.Errorf("backuptest: no server stands for container %q", container)
 }
