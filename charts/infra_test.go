@@ -1764,3 +1764,27 @@ func TestRedisProbeReadsTheMountedPassword(t *testing.T) {
 		}
 	}
 }
+
+// PostgreSQL's pod mounts its admin Secret whole (password, and
+// next-password during a rotation), which onprem's scripts there read
+// instead of the environment (installer/dbdump.PostgreSQLAuth).
+func TestPostgreSQLMountsItsAdminSecret(t *testing.T) {
+	for values, secret := range map[string]string{"": "onprem-postgresql-admin", "global: {databases: {postgresql: {secretName: other-pg}}}": "other-pg"} {
+		r := infraMustRender(t, "postgresql", valuesOf(t, values))
+		sts := infraStatefulSet(t, r)
+		mounted := false
+		for _, m := range infraContainer(t, r, "postgresql").VolumeMounts {
+			if m.MountPath != "/etc/postgresql-admin" || !m.ReadOnly {
+				continue
+			}
+			for _, v := range sts.Spec.Template.Spec.Volumes {
+				if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == secret && len(v.Secret.Items) == 0 {
+					mounted = true
+				}
+			}
+		}
+		if !mounted {
+			t.Errorf("%s is not mounted whole, read-only, at /etc/postgresql-admin", secret)
+		}
+	}
+}

@@ -40,7 +40,7 @@ changes them when you decide to: a leak, an auditor's policy, an expiry.
                                 still verifying and decrypting; --retire
                                 drops the old ones
 
-The database admins are listed but not yet rotated by onprem.`,
+The MongoDB admin is listed but not yet rotated by onprem.`,
 		Example: `  onprem rotate --list
   onprem rotate --list -o json
   onprem rotate certificates --dry-run`,
@@ -189,7 +189,7 @@ func newRotateCredentialsCmd() *cobra.Command {
 	var format string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "credentials (--all | --database ENGINE... | --component NAME...) [--dry-run]",
+		Use:   "credentials (--all | --database ENGINE... | --component NAME... | --admin) [--dry-run]",
 		Short: "Give the services' own database logins new passwords, without disconnecting them",
 		Long: `Rotate the database logins onprem generated for the services (Secrets
 onprem-<service>-postgresql and onprem-<service>-mongodb, and RabbitMQ's
@@ -219,11 +219,19 @@ creates belongs to the owner whichever login it uses: the two logins
 alternate at every rotation and no data moves.
 
   --all                   every service's logins on every database onprem
-                          runs (PostgreSQL, MongoDB, RabbitMQ, Redis)
+                          runs (PostgreSQL, MongoDB, RabbitMQ, Redis), and
+                          the PostgreSQL admin's password
   --database ENGINE       postgresql, mongodb, rabbitmq or redis
                           (repeatable)
   --component NAME        only that service's logins (repeatable; with
                           --database, only on that engine)
+  --admin                 the PostgreSQL admin's password (onprem-postgresql-
+                          admin), which onprem's scripts and Jobs use. Its
+                          next password is first written to the Secret and
+                          onprem waits until the database's pod sees it
+                          (the scripts there then accept either), then
+                          ALTER ROLE, then the Secret switches: the old
+                          password is refused at once
 
 A run that is killed, or that fails (a rollout that does not finish within
 --timeout), leaves every service with a login its database accepts: run
@@ -234,7 +242,7 @@ nothing.
 
 Not rotated by onprem: databases in external mode (their credentials are
 yours; naming one is refused, exit 2, nothing changed); not yet: the
-database admins.
+MongoDB admin.
 
 Exit code 0 when rotated, 2 when refused (nothing changed), 3 when the
 cluster cannot be reached, 1 when a step failed (run it again).`,
@@ -248,9 +256,9 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 				return inputError{err}
 			}
 			switch {
-			case all && (len(a.Engines) > 0 || len(a.Components) > 0):
-				return inputError{fmt.Errorf("--all rotates every login: give it alone, or name --database or --component instead")}
-			case !all && len(a.Engines) == 0 && len(a.Components) == 0:
+			case all && (len(a.Engines) > 0 || len(a.Components) > 0 || a.Admin):
+				return inputError{fmt.Errorf("--all rotates every login and the admin's password: give it alone, or name --database, --component or --admin instead")}
+			case !all && len(a.Engines) == 0 && len(a.Components) == 0 && !a.Admin:
 				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb|rabbitmq|redis, or --component NAME (see --help)")}
 			}
 			w := cmd.ErrOrStderr()
@@ -267,7 +275,8 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql, mongodb, rabbitmq or redis (repeatable)")
 	cmd.Flags().StringArrayVar(&a.Components, "component", nil, "rotate only this service's logins (repeatable)")
-	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs")
+	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs, and the PostgreSQL admin's password")
+	cmd.Flags().BoolVar(&a.Admin, "admin", false, "rotate the PostgreSQL admin's password (with --database or --component: as well)")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", 5*time.Minute, "how long each restarted workload may take to roll out")
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")

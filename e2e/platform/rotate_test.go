@@ -187,9 +187,9 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 		key = k
 		break
 	}
-	e.step("database logins rotated under traffic (rotate credentials --all): no request fails, the old login is refused", func() {
-		oldPG, oldMongo, oldMQ, oldRedis := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb"),
-			readSecret("onprem-rabbitmq"), readSecret("onprem-redis")
+	e.step("database logins, Redis's password and the PostgreSQL admin's rotated under traffic (rotate credentials --all): no request fails, each old password is refused", func() {
+		oldPG, oldMongo, oldMQ, oldRedis, oldAdmin := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb"),
+			readSecret("onprem-rabbitmq"), readSecret("onprem-redis"), readSecret("onprem-postgresql-admin")
 		proxied := e.startProxyTraffic(ctx, "audit-manager", "records/"+key)
 		var res action.RotateCredentialsResult
 		r := e.underTraffic("database logins rotated", func() {
@@ -209,13 +209,13 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 			restarted = append(restarted, er.Restarted...)
 			switched += len(er.Logins)
 		}
-		if len(res.Engines) != 4 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
+		if len(res.Engines) != 5 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
 			t.Fatalf("the rotation switched %d logins on %d engines and restarted %v", switched, len(res.Engines), restarted)
 		}
 		t.Logf("switched %d logins; restarted %v", switched, restarted)
 		e.checkRecords(ctx, records)
 
-		for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ, oldRedis} {
+		for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ, oldRedis, oldAdmin} {
 			if now := readSecret(old.Name); bytes.Equal(now.Data["password"], old.Data["password"]) ||
 				old.Data["username"] != nil && bytes.Equal(now.Data["username"], old.Data["username"]) {
 				t.Fatalf("%s holds the same login after the rotation", old.Name)
@@ -229,6 +229,12 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 			t.Fatalf("PostgreSQL and the old login: %v, want it refused", err)
 		}
 		t.Logf("the old PostgreSQL login: %v", err)
+		if err := e.pgLogin(ctx, readSecret(oldAdmin.Name)); err != nil {
+			t.Fatalf("PostgreSQL refuses the admin's new password: %v", err)
+		}
+		if err := e.pgLogin(ctx, oldAdmin); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+			t.Fatalf("PostgreSQL and the admin's old password: %v, want it refused", err)
+		}
 		if err := e.mqLogin(ctx, readSecret(oldMQ.Name)); err != nil {
 			t.Fatalf("RabbitMQ refuses the new login: %v", err)
 		}

@@ -183,7 +183,11 @@ type RotateCredentials struct {
 	Engines []string
 	// Components limits the rotation to these services (all when empty).
 	Components []string
-	DryRun     bool
+	// Admin rotates the PostgreSQL admin's password too; alone (no
+	// Engines, no Components), only it. With none of the three, every
+	// login and the admin's password are rotated.
+	Admin  bool
+	DryRun bool
 	// Timeout bounds each workload's rollout (5 min when zero).
 	Timeout   time.Duration
 	LockWait  time.Duration
@@ -224,8 +228,12 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		}
 		engines := r.Engines
 		explicit := len(engines) > 0
+		everything := !explicit && len(r.Components) == 0
 		if !explicit {
 			engines = credentialEngines
+		}
+		if r.Admin && everything {
+			engines = nil // the admin alone
 		}
 		var out []rotate.CredentialsOptions
 		covered := map[string]bool{}
@@ -266,6 +274,18 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 			o := credentialOptions(cl, ex, ns, e, services, r.Timeout, r.Progress)
 			o.DryRun = r.DryRun
 			out = append(out, o)
+		}
+		if r.Admin || everything {
+			_, runs := st.Components[rotate.PostgreSQL]
+			switch {
+			case runs:
+				o := credentialOptions(cl, ex, ns, rotate.PostgreSQL, nil, r.Timeout, r.Progress)
+				o.Admin, o.DryRun = true, r.DryRun
+				out = append(out, o)
+			case r.Admin:
+				return nil, inputErr(fmt.Errorf("%s is not run by onprem in namespace %s (external mode, or not used): its admin is yours; "+
+					"rotate its password where the database is managed, then update the Secret", rotate.PostgreSQL, ns))
+			}
 		}
 		for _, c := range r.Components {
 			if !covered[c] {
@@ -313,7 +333,11 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		if _, err := rotate.Credentials(ctx, probe); err != nil {
 			return nil, rotateErr(err)
 		}
-		what = append(what, o.Engine+" logins of "+strings.Join(o.Services, ", "))
+		if o.Admin {
+			what = append(what, o.Engine+" admin password")
+		} else {
+			what = append(what, o.Engine+" logins of "+strings.Join(o.Services, ", "))
+		}
 	}
 	if err := h.store.Begin(ctx, h.st, state.Operation{Kind: state.KindRotate, Version: h.st.Version, Installer: version.Version,
 		Message: "rotating credentials: " + strings.Join(what, "; ")}); err != nil {

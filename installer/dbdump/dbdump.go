@@ -99,6 +99,24 @@ func script(body string, args ...string) []string {
 	return append([]string{"sh", "-c", "set -eu\n" + body, "onprem"}, args...)
 }
 
+// PostgreSQLAuth, in a script run in PostgreSQL's pod after $host and
+// $port are set, sets POSTGRES_PASSWORD to the admin's password of the
+// Secret the chart mounts (ONPREM_PG_ADMIN_DIR, /etc/postgresql-admin),
+// which the kubelet keeps current, rather than the container's
+// environment, which a rotation of the admin's password leaves behind.
+// While a rotation is under way the Secret holds the next password too
+// (next-password): the one the server accepts is used. Without the
+// folder, the environment's password stays.
+const PostgreSQLAuth = `admin="${ONPREM_PG_ADMIN_DIR:-/etc/postgresql-admin}"
+if [ -r "$admin/password" ]; then
+  POSTGRES_PASSWORD="$(cat "$admin/password")"
+  if [ -s "$admin/next-password" ] && ! PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=5 psql --host="$host" --port="$port" \
+      --username="$POSTGRES_USER" --no-password --dbname=postgres --no-psqlrc --tuples-only --command='SELECT 1' >/dev/null 2>&1; then
+    POSTGRES_PASSWORD="$(cat "$admin/next-password")"
+  fi
+fi
+`
+
 // DumpCommand returns the command that writes a logical dump of database
 // db to its standard output.
 func DumpCommand(engine, db string) ([]string, error) {
@@ -116,7 +134,7 @@ func DumpCommand(engine, db string) ([]string, error) {
   --config "$cfg" --db "$1" --gzip --archive --quiet
 `, db), nil
 	case PostgreSQL:
-		return script(e.address()+"\n"+
+		return script(e.address()+"\n"+PostgreSQLAuth+
 			`PGPASSWORD="$POSTGRES_PASSWORD" exec pg_dump --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
   --dbname="$1" --format=custom
 `, db), nil
@@ -144,7 +162,7 @@ func RestoreCommand(engine, db string) ([]string, error) {
   --config "$cfg" --nsInclude "$1.*" --drop --gzip --archive --quiet
 `, db), nil
 	case PostgreSQL:
-		return script(e.address()+"\n"+
+		return script(e.address()+"\n"+PostgreSQLAuth+
 			`PGPASSWORD="$POSTGRES_PASSWORD" exec pg_restore --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
   --dbname="$1" --clean --if-exists --single-transaction --exit-on-error
 `, db), nil

@@ -88,6 +88,8 @@ type CredentialsOptions struct {
 	// Services limits the rotation to these services; empty: every
 	// service with a login of its own on Engine.
 	Services []string
+	// Admin rotates the engine's admin password instead (PostgreSQL).
+	Admin bool
 	// DryRun says what would change and writes nothing.
 	DryRun bool
 	// Now stamps the rotation (time.Now when zero).
@@ -194,6 +196,9 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 		newPassword = generatePassword
 	}
 
+	if o.Admin {
+		return adminPassword(ctx, o, newPassword, now, timeout, say)
+	}
 	if o.Engine == Redis {
 		return redisPassword(ctx, o, newPassword, now, timeout, say)
 	}

@@ -56,13 +56,14 @@ ONPREM_SERVICES_FILE="$dir/services" ONPREM_SECRETS_DIR="$dir" \
   mongosh --nodb --norc --quiet --file "$dir/mongodb-provision.js"
 `, "onprem"}
 
-// psql runs psql as the admin (the container's POSTGRES_USER and
-// POSTGRES_PASSWORD) on the pod's loopback, reading its commands on its
+// psql runs psql as the admin (the container's POSTGRES_USER, and the
+// password of the mounted admin Secret, dbdump.PostgreSQLAuth) on the
+// pod's loopback, reading its commands on its
 // standard input. ONPREM_DB_HOST and ONPREM_DB_PORT point it elsewhere
 // (tests).
 var psql = []string{"sh", "-c", `set -eu
 host="${ONPREM_DB_HOST:-127.0.0.1}"; port="${ONPREM_DB_PORT:-5432}"
-PGPASSWORD="$POSTGRES_PASSWORD" exec psql --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
+` + dbdump.PostgreSQLAuth + `PGPASSWORD="$POSTGRES_PASSWORD" exec psql --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
   --dbname=postgres --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --file=-
 `}
 

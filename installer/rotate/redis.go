@@ -121,6 +121,7 @@ func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	}
 	pw := s.Data["password"]
 	say("redis: waiting for the kubelet to update the password file in Redis's pod")
+	refreshMounts(ctx, o.Client, o.Namespace, Redis, time.Now())
 	var last error
 	werr := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, err := rp.FileHolds(ctx, pw)

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"onprem.dev/onprem/installer/dbdump"
 )
 
 // fieldManager owns the annotation a rotation puts on pod templates, so
@@ -256,4 +258,24 @@ func statefulSetPending(s *appsv1.StatefulSet) string {
 		return fmt.Sprintf("%d of %d pods ready", st.ReadyReplicas, want)
 	}
 	return ""
+}
+
+// AnnotationSecretsRefreshed, on a database's pod, is set when a rotation
+// needs the pod's mounted Secret to catch up with the Secret: a change
+// of the pod makes the kubelet sync it, and remount its Secrets, at once,
+// instead of at its next periodic sync (a minute or more). It restarts
+// nothing.
+const AnnotationSecretsRefreshed = "onprem.dev/secrets-refreshed"
+
+// refreshMounts asks the kubelet to bring the Secrets mounted in the
+// engine's pod up to date now (AnnotationSecretsRefreshed). A failure
+// only means waiting for the periodic sync.
+func refreshMounts(ctx context.Context, c kubernetes.Interface, ns, engine string, now time.Time) {
+	target, err := dbdump.Pod(ctx, c, ns, engine)
+	if err != nil {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		AnnotationSecretsRefreshed: now.UTC().Format(time.RFC3339Nano)}}})
+	_, _ = c.CoreV1().Pods(target.Namespace).Patch(ctx, target.Pod, types.MergePatchType, patch, metav1.PatchOptions{})
 }

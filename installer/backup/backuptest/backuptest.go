@@ -51,6 +51,9 @@ type Servers struct {
 	Redis, RedisPass, RedisAuthFile string
 	// RedisDir is Redis's data folder (the chart's /data).
 	RedisDir string
+	// PGAdminDir, when set, stands for the admin Secret the postgresql
+	// chart mounts (a test plays the kubelet that updates it).
+	PGAdminDir string
 }
 
 // Start starts PostgreSQL, FerretDB and RabbitMQ on loopback.
@@ -135,7 +138,11 @@ func (e *Exec) env(container string) ([]string, error) {
 	}
 	switch container {
 	case "postgresql":
-		return append(hostPort(s.PostgreSQL), "POSTGRES_USER="+s.PGUser, "POSTGRES_PASSWORD="+s.PGPass), nil
+		env := append(hostPort(s.PostgreSQL), "POSTGRES_USER="+s.PGUser, "POSTGRES_PASSWORD="+s.PGPass)
+		if s.PGAdminDir != "" {
+			env = append(env, "ONPREM_PG_ADMIN_DIR="+s.PGAdminDir)
+		}
+		return env, nil
 	case "mongodb":
 		return append(hostPort(s.MongoDB), "MONGO_INITDB_ROOT_USERNAME="+s.MongoUser, "MONGO_INITDB_ROOT_PASSWORD="+s.MongoPass), nil
 	case "rabbitmq":

@@ -1,0 +1,204 @@
+package rotate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"onprem.dev/onprem/installer/credentials"
+	"onprem.dev/onprem/installer/podexec"
+	"onprem.dev/onprem/installer/secrets"
+)
+
+// AdminLogin is the service name a rotation gives a database's admin.
+const AdminLogin = "admin"
+
+// AdminPasswords changes the admin's password of a database in its pod;
+// PodLogins does it for PostgreSQL.
+type AdminPasswords interface {
+	// AdminFileHolds says whether the admin Secret mounted in the
+	// database's pod holds password under key yet.
+	AdminFileHolds(ctx context.Context, engine, key string, password []byte) (bool, error)
+	// SetAdminPassword sets the admin's password to next, authenticating
+	// with current or, when a run was killed after setting it, next.
+	SetAdminPassword(ctx context.Context, engine string, current, next []byte) error
+}
+
+// adminPassword rotates the password of a database's admin (PostgreSQL's
+// superuser, Secret credentials.PostgreSQLAdmin). Nothing holds an admin
+// connection open: the admin is used by onprem's scripts in the
+// database's pod and by Jobs (db-provision), which read the Secret when
+// they start. The order keeps each of them working:
+//
+//  1. the next password is written to the Secret (next-password), and
+//     onprem waits until the Secret mounted in the database's pod holds it:
+//     from then on the pod's scripts try the current password, then the
+//     next (dbdump.PostgreSQLAuth);
+//  2. the password is changed in the database (ALTER ROLE), the old one
+//     refused from then on;
+//  3. the Secret switches to the new password.
+//
+// A run killed between 2 and 3 is finished by the next one, which
+// authenticates with the next password.
+func adminPassword(ctx context.Context, o CredentialsOptions, newPassword func() ([]byte, error), now time.Time, timeout time.Duration,
+	say func(string, ...any)) (*CredentialsResult, error) {
+	if o.Engine != PostgreSQL {
+		return nil, refused("onprem rotates the admin password of %s only (not yet %s's): change it by hand (docs/rotation.md)", PostgreSQL, o.Engine)
+	}
+	ap, ok := o.Logins.(AdminPasswords)
+	if !ok {
+		return nil, errors.New("rotating the admin's password: no way to reach the database (AdminPasswords)")
+	}
+	name := credentials.PostgreSQLAdmin
+	api := o.Client.CoreV1().Secrets(o.Namespace)
+	ref := o.Namespace + "/" + name
+	s, err := api.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, refused("secret %s: %v (is the platform installed in namespace %s, with %s run by onprem?)", ref, err, o.Namespace, o.Engine)
+	}
+	if s.Labels[secrets.LabelGenerated] != "true" {
+		return nil, refused("secret %s holds the %s admin but is your own (it lacks the label %s=true), so onprem never changes it",
+			ref, o.Engine, secrets.LabelGenerated)
+	}
+	if len(s.Data["password"]) == 0 || len(s.Data["username"]) == 0 {
+		return nil, fmt.Errorf("secret %s has no username or password: run 'onprem install' to complete it", ref)
+	}
+	user := string(s.Data["username"])
+	ch := LoginChange{Service: AdminLogin, Secret: name, From: user + " (current password)", To: user + " (new password)"}
+	if len(s.Data[keyNextPassword]) > 0 {
+		ch.Resumed = "granting"
+	}
+	res := &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun, Logins: []LoginChange{ch}}
+	if o.DryRun {
+		return res, nil
+	}
+	write := func(what string, change func(*corev1.Secret)) error {
+		n := s.DeepCopy()
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		change(n)
+		if s, err = api.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("%s in %s: %w", what, ref, err)
+		}
+		return nil
+	}
+	if len(s.Data[keyNextPassword]) == 0 {
+		pw, err := newPassword()
+		if err != nil {
+			return nil, fmt.Errorf("a new password for %s: %w", ref, err)
+		}
+		if err := write("writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
+			return nil, err
+		}
+	}
+	next := s.Data[keyNextPassword]
+	say("%s: waiting for the kubelet to give the database's pod the admin's next password", o.Engine)
+	refreshMounts(ctx, o.Client, o.Namespace, o.Engine, time.Now())
+	var last error
+	werr := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := ap.AdminFileHolds(ctx, o.Engine, keyNextPassword, next)
+		if errors.Is(err, ErrNoAdminFile) {
+			return false, err
+		}
+		last = err
+		return ok, nil
+	})
+	if werr != nil {
+		if last != nil {
+			werr = fmt.Errorf("%w (last: %v)", werr, redactErr(last, next))
+		}
+		return nil, fmt.Errorf("the %s pod does not see the admin's next password yet, so the password is unchanged (run the rotation again): %w",
+			o.Engine, werr)
+	}
+	say("%s: setting the admin's new password", o.Engine)
+	if err := ap.SetAdminPassword(ctx, o.Engine, s.Data["password"], next); err != nil {
+		return nil, fmt.Errorf("setting the %s admin's new password (run the rotation again): %w", o.Engine,
+			redactErr(redactErr(err, next), s.Data["password"]))
+	}
+	err = write("switching to the new password", func(n *corev1.Secret) {
+		n.Data["password"] = next
+		delete(n.Data, keyNextPassword)
+		n.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the %s admin's password is changed, but %w (run the rotation again)", o.Engine, err)
+	}
+	say("%s: Secret %s now holds the admin's new password; the old one is refused", o.Engine, name)
+	return res, nil
+}
+
+// ErrNoAdminFile: the database's pod does not mount its admin Secret.
+var ErrNoAdminFile = errors.New("the database's pod does not mount its admin Secret (/etc/postgresql-admin): its chart predates " +
+	"admin password rotation; run 'onprem install' (or the upgrade) first, which restarts the database once with it, then rotate again; " +
+	"the password is unchanged")
+
+// pgAdminFileHolds exits 0 when the key ($1) of the admin Secret mounted
+// in PostgreSQL's pod holds the value read on standard input, 3 when it
+// does not yet, 4 when the Secret is not mounted.
+var pgAdminFileHolds = []string{"sh", "-c", `IFS= read -r want
+admin="${ONPREM_PG_ADMIN_DIR:-/etc/postgresql-admin}"
+[ -r "$admin/password" ] || exit 4
+[ -r "$admin/$1" ] && [ "$(cat "$admin/$1")" = "$want" ] || exit 3
+`}
+
+// pgSetAdmin reads two candidate passwords (the current, the next), a
+// line each, logs in as the admin with the first the server accepts, and
+// runs the rest of its standard input with psql: the password change.
+var pgSetAdmin = []string{"sh", "-c", `set -eu
+IFS= read -r current; IFS= read -r next
+host="${ONPREM_DB_HOST:-127.0.0.1}"; port="${ONPREM_DB_PORT:-5432}"
+for p in "$current" "$next"; do
+  if PGPASSWORD="$p" PGCONNECT_TIMEOUT=5 psql --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
+      --dbname=postgres --no-psqlrc --tuples-only --command='SELECT 1' >/dev/null 2>&1; then
+    PGPASSWORD="$p" exec psql --host="$host" --port="$port" --username="$POSTGRES_USER" --no-password \
+      --dbname=postgres --no-psqlrc --quiet --set=ON_ERROR_STOP=1 --file=-
+  fi
+done
+echo "PostgreSQL accepts neither the admin's current password nor its next one" >&2
+exit 1
+`}
+
+// AdminFileHolds implements AdminPasswords.
+func (p PodLogins) AdminFileHolds(ctx context.Context, engine, key string, password []byte) (bool, error) {
+	if engine != PostgreSQL {
+		return false, fmt.Errorf("onprem does not change %s's admin", engine)
+	}
+	err := p.run(ctx, engine, slices.Concat(pgAdminFileHolds, []string{"sh", key}), strings.NewReader(string(password)+"\n"), password)
+	var ee *podexec.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &ee) && ee.Code == 3:
+		return false, nil
+	case errors.As(err, &ee) && ee.Code == 4:
+		return false, ErrNoAdminFile
+	}
+	return false, err
+}
+
+// SetAdminPassword implements AdminPasswords: ALTER ROLE of the admin
+// itself, with statement logging off so that the server's log never holds
+// the password.
+func (p PodLogins) SetAdminPassword(ctx context.Context, engine string, current, next []byte) error {
+	if engine != PostgreSQL {
+		return fmt.Errorf("onprem does not change %s's admin", engine)
+	}
+	if err := oneLine(string(current), string(next)); err != nil {
+		return err
+	}
+	q, err := psqlQuote(string(next))
+	if err != nil {
+		return fmt.Errorf("the new password: %w", err)
+	}
+	in := string(current) + "\n" + string(next) + "\n" +
+		"SET log_statement = 'none';\n\\set pw " + q + "\nALTER ROLE CURRENT_USER WITH PASSWORD :'pw';\n"
+	return p.run(ctx, engine, pgSetAdmin, strings.NewReader(in), next)
+}
