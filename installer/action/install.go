@@ -318,6 +318,23 @@ func rotateCredentialsIfDue(ctx context.Context, cl *kube.Cluster, ex podexec.Ex
 			done = append(done, engine+" "+l.Service+" "+l.From+" → "+l.To)
 		}
 	}
+	if _, ok := st.Components[rotate.PostgreSQL]; ok {
+		due, err := rotate.AdminDue(ctx, cl.Client, ns, time.Duration(days)*24*time.Hour, time.Now())
+		if err == nil && due {
+			o := credentialOptions(cl, ex, ns, rotate.PostgreSQL, nil, timeout, func(line string) { slog.Info("credential rotation: " + line) })
+			o.Admin = true
+			_, err = rotate.Credentials(ctx, o)
+			if err == nil {
+				done = append(done, "postgresql admin password")
+			}
+		}
+		if err != nil {
+			msg := fmt.Sprintf("the PostgreSQL admin's password is due for rotation (spec.rotation.credentialsMaxAgeDays) but was not rotated: %v; "+
+				"onprem's scripts accept the current and the next password: run 'onprem rotate credentials --admin' to finish", err)
+			slog.Warn(msg)
+			done = append(done, msg)
+		}
+	}
 	if len(done) == 0 {
 		return ""
 	}

@@ -185,8 +185,46 @@ func TestRotatePostgreSQLAdmin(t *testing.T) {
 	if canLogin(p1) || !canLogin(p2) {
 		t.Fatal("after the second rotation: the old password accepted or the new one refused")
 	}
+	// spec.rotation.credentialsMaxAgeDays: an install rotates the admin's
+	// password once it is older than that.
+	body, err := os.ReadFile(src.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aged := src
+	aged.ConfigPath = filepath.Join(t.TempDir(), "onprem.yaml")
+	if err := os.WriteFile(aged.ConfigPath, append(body, "  rotation: {credentialsMaxAgeDays: 1}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	install := func() string {
+		t.Helper()
+		res, err := (&Install{Source: aged, Cluster: cl, Timeout: 2 * time.Minute, Exec: ex}).Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.CredentialRotation
+	}
+	if got := install(); got != "" {
+		t.Fatalf("an install with nothing due rotated: %s", got)
+	}
+	s, err := c.Client.CoreV1().Secrets(ns).Get(ctx, credentials.PostgreSQLAdmin, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations[rotate.AnnotationRotatedAt] = time.Now().Add(-49 * time.Hour).UTC().Format(time.RFC3339)
+	if _, err := c.Client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := install(); got != "rotated (spec.rotation.credentialsMaxAgeDays): postgresql admin password" {
+		t.Fatalf("an install with the admin's password 2 days old and credentialsMaxAgeDays 1: %q", got)
+	}
+	_, p3, _ := admin()
+	if canLogin(p2) || !canLogin(p3) {
+		t.Fatal("after the install's rotation: the old password accepted or the new one refused")
+	}
+
 	for _, op := range loadState(t, c.Client).History {
-		for _, pw := range [][]byte{p0, p1, p2} {
+		for _, pw := range [][]byte{p0, p1, p2, p3} {
 			if strings.Contains(op.Message, string(pw)) {
 				t.Errorf("the history holds a password: %s", op.Kind)
 			}
