@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/credentials"
@@ -81,42 +80,24 @@ func adminPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	if o.DryRun {
 		return res, nil
 	}
-	write := func(what string, change func(*corev1.Secret)) error {
-		n := s.DeepCopy()
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		change(n)
-		if s, err = api.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("%s in %s: %w", what, ref, err)
-		}
-		return nil
-	}
+	w := &secretSteps{api: api, ref: ref, s: s}
 	if len(s.Data[keyNextPassword]) == 0 {
 		pw, err := newPassword()
 		if err != nil {
 			return nil, fmt.Errorf("a new password for %s: %w", ref, err)
 		}
-		if err := write("writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
+		if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
 			return nil, err
 		}
 	}
+	s = w.s
 	next := s.Data[keyNextPassword]
 	say("%s: waiting for the kubelet to give the database's pod the admin's next password", o.Engine)
 	refreshMounts(ctx, o.Client, o.Namespace, o.Engine, time.Now())
-	var last error
-	werr := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := ap.AdminFileHolds(ctx, o.Engine, keyNextPassword, next)
-		if errors.Is(err, ErrNoAdminFile) {
-			return false, err
-		}
-		last = err
-		return ok, nil
+	werr := waitMounted(ctx, timeout, ErrNoAdminFile, next, func(ctx context.Context) (bool, error) {
+		return ap.AdminFileHolds(ctx, o.Engine, keyNextPassword, next)
 	})
 	if werr != nil {
-		if last != nil {
-			werr = fmt.Errorf("%w (last: %v)", werr, redactErr(last, next))
-		}
 		return nil, fmt.Errorf("the %s pod does not see the admin's next password yet, so the password is unchanged (run the rotation again): %w",
 			o.Engine, werr)
 	}
@@ -125,7 +106,7 @@ func adminPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 		return nil, fmt.Errorf("setting the %s admin's new password (run the rotation again): %w", o.Engine,
 			redactErr(redactErr(err, next), s.Data["password"]))
 	}
-	err = write("switching to the new password", func(n *corev1.Secret) {
+	err = w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
 		n.Data["password"] = next
 		delete(n.Data, keyNextPassword)
 		n.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)

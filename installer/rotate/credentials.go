@@ -178,19 +178,7 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 	if o.Logins == nil {
 		return nil, errors.New("rotating credentials: no way to reach the database (Logins)")
 	}
-	now := o.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
-	timeout := o.RolloutTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Minute
-	}
-	say := func(format string, args ...any) {
-		if o.Progress != nil {
-			o.Progress(fmt.Sprintf(format, args...))
-		}
-	}
+	now, timeout, say := orNow(o.Now), orFiveMinutes(o.RolloutTimeout), progressOf(o.Progress)
 	newPassword := o.Password
 	if newPassword == nil {
 		newPassword = generatePassword

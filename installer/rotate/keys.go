@@ -126,19 +126,7 @@ func (r ring) staged() bool { return len(r.all) > 0 && !bytes.Equal(r.all[0], r.
 // (AnnotationKeysStep), then the rollout; a killed run is finished by the
 // next one. Keys never leave this function.
 func Keys(ctx context.Context, o KeysOptions) (*KeysResult, error) {
-	now := o.Now
-	if now.IsZero() {
-		now = time.Now()
-	}
-	timeout := o.RolloutTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Minute
-	}
-	say := func(format string, args ...any) {
-		if o.Progress != nil {
-			o.Progress(fmt.Sprintf(format, args...))
-		}
-	}
+	now, timeout, say := orNow(o.Now), orFiveMinutes(o.RolloutTimeout), progressOf(o.Progress)
 	newKey := o.Key
 	if newKey == nil {
 		newKey = generateKey
@@ -194,17 +182,8 @@ func Keys(ctx context.Context, o KeysOptions) (*KeysResult, error) {
 		return res, err
 	}
 
-	write := func(what string, change func(*corev1.Secret)) error {
-		next := s.DeepCopy()
-		if next.Annotations == nil {
-			next.Annotations = map[string]string{}
-		}
-		change(next)
-		if s, err = api.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("%s in %s: %w", what, ref, err)
-		}
-		return nil
-	}
+	w := &secretSteps{api: api, ref: ref, s: s}
+	write := func(what string, change func(*corev1.Secret)) error { return w.write(ctx, what, change) }
 	roll := func(why string) error {
 		done, err := restartFor(ctx, o.Client, o.Namespace, []string{name}, nil, timeout, why, say)
 		for _, d := range done {

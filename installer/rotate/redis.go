@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/podexec"
@@ -76,34 +75,25 @@ func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, []string{credentials.Redis}, skip)
 		return res, err
 	}
-	write := func(what string, change func(*corev1.Secret)) error {
-		n := s.DeepCopy()
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		change(n)
-		if s, err = api.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("%s in %s: %w", what, ref, err)
-		}
-		return nil
-	}
+	w := &secretSteps{api: api, ref: ref, s: s}
 	if s.Annotations[AnnotationRetire] == "" {
 		if len(s.Data[keyNextPassword]) == 0 {
 			pw, err := newPassword()
 			if err != nil {
 				return nil, fmt.Errorf("a new password for %s: %w", ref, err)
 			}
-			if err := write("writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
+			if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
 				return nil, err
 			}
 		}
+		s = w.s
 		next := s.Data[keyNextPassword]
 		say("redis: adding the new password to user %s", redisUser)
 		if err := rp.AddPassword(ctx, s.Data["password"], next); err != nil {
 			return nil, fmt.Errorf("adding Redis's new password (the services still use the old one; run the rotation again): %w",
 				redactErr(redactErr(err, next), s.Data["password"]))
 		}
-		err := write("switching to the new password", func(n *corev1.Secret) {
+		err := w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
 			n.Data["password"] = n.Data[keyNextPassword]
 			delete(n.Data, keyNextPassword)
 			n.Annotations[AnnotationRetire] = redisUser + " (previous password)"
@@ -119,22 +109,12 @@ func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	if err != nil {
 		return nil, fmt.Errorf("restarting the services onto Redis's new password (the old one still works; run the rotation again): %w", err)
 	}
+	s = w.s
 	pw := s.Data["password"]
 	say("redis: waiting for the kubelet to update the password file in Redis's pod")
 	refreshMounts(ctx, o.Client, o.Namespace, Redis, time.Now())
-	var last error
-	werr := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := rp.FileHolds(ctx, pw)
-		if errors.Is(err, ErrNoPasswordFile) {
-			return false, err
-		}
-		last = err
-		return ok, nil
-	})
+	werr := waitMounted(ctx, timeout, ErrNoPasswordFile, pw, func(ctx context.Context) (bool, error) { return rp.FileHolds(ctx, pw) })
 	if werr != nil {
-		if last != nil {
-			werr = fmt.Errorf("%w (last: %v)", werr, redactErr(last, pw))
-		}
 		return nil, fmt.Errorf("Redis's pod does not see its new password in %s yet, so the old one is kept (run the rotation again): %w",
 			redisAuthFile, werr)
 	}
@@ -142,7 +122,7 @@ func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	if err := rp.KeepOnly(ctx, pw); err != nil {
 		return nil, fmt.Errorf("revoking Redis's old password (the services use the new one; run the rotation again): %w", redactErr(err, pw))
 	}
-	if err := write("recording the revocation", func(n *corev1.Secret) { delete(n.Annotations, AnnotationRetire) }); err != nil {
+	if err := w.write(ctx, "recording the revocation", func(n *corev1.Secret) { delete(n.Annotations, AnnotationRetire) }); err != nil {
 		return nil, err
 	}
 	return res, nil
