@@ -259,7 +259,7 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 			case all && (len(a.Engines) > 0 || len(a.Components) > 0 || a.Admin):
 				return inputError{fmt.Errorf("--all rotates every login and the admin's password: give it alone, or name --database, --component or --admin instead")}
 			case !all && len(a.Engines) == 0 && len(a.Components) == 0 && !a.Admin:
-				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb|rabbitmq|redis, or --component NAME (see --help)")}
+				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb|rabbitmq|redis, --component NAME or --admin (see --help)")}
 			}
 			w := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(w, line) }

@@ -21,7 +21,7 @@ func TestRotateCommands(t *testing.T) {
 		{[]string{"rotate", "certificates", "--ca", "--retire-ca"}, exitInput, "two steps"},
 		{[]string{"rotate", "certificates", "--kubeconfig", kc}, exitCluster, kc},
 		{[]string{"rotate", "certificates", "extra"}, exitInput, "extra"},
-		{[]string{"rotate", "credentials"}, exitInput, "--all, --database postgresql|mongodb, or --component NAME"},
+		{[]string{"rotate", "credentials"}, exitInput, "--all, --database postgresql|mongodb|rabbitmq|redis, --component NAME or --admin"},
 		{[]string{"rotate", "credentials", "--all", "--component", "audit-manager"}, exitInput, "--all rotates every login"},
 		{[]string{"rotate", "credentials", "--all", "-o", "xml"}, exitInput, "xml"},
 		{[]string{"rotate", "credentials", "--all", "--kubeconfig", kc}, exitCluster, kc},

@@ -198,9 +198,10 @@ func (b *builder) ensure(ctx context.Context) (*Toolchain, error) {
 	if err := os.MkdirAll(b.binDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("kindcluster: cache folder: %w", err)
 	}
-	// Fast path: docker answers and the node image is the one the cached
-	// inputs describe. No lock: nothing is written.
-	if b.dockerAnswers(ctx) == nil {
+	// Fast path: docker answers with a runtime that exists, and the node
+	// image is the one the cached inputs describe. No lock: nothing is
+	// written.
+	if b.dockerAnswers(ctx) == nil && b.checkDockerRuntime(ctx, hostNeedsNoSysRes()) == nil {
 		if ok, _ := b.nodeImageCurrent(ctx); ok && b.binariesPresent() {
 			b.log("toolchain ready (cached, %s)", time.Since(t0).Round(time.Millisecond))
 			return b.toolchain(), nil

@@ -275,6 +275,21 @@ func (b *builder) checkDockerRuntime(ctx context.Context, needWrapper bool) erro
 			"and let the harness start it, or start it with a runtime that drops CAP_SYS_RESOURCE "+
 			"(the harness's wrapper is %s)", rt, b.bin("runc-nosysres"))
 	}
+	// A dockerd another harness started (another $ONPREM_CACHE) runs the
+	// wrapper of that cache: when that cache is gone, every container
+	// fails with exit status 127 and no word of why.
+	paths, err := output(ctx, b.docker, "info", "--format", `{{range .Runtimes}}{{.Path}}{{"\n"}}{{end}}`)
+	if err != nil {
+		return err
+	}
+	for _, p := range strings.Fields(paths) {
+		if strings.Contains(p, "nosysres") {
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("dockerd's runtime %s is gone (the cache that held it was removed, and dockerd kept running): "+
+					"stop dockerd (and its kind containers) and let the harness start it again: %w", p, err)
+			}
+		}
+	}
 	return nil
 }
 

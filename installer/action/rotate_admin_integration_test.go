@@ -77,14 +77,9 @@ func mirrorSecret(t *testing.T, c *testcluster.Cluster, ns, name, dir string, la
 // run killed before or after the ALTER ROLE leaves them working and is
 // finished by the next run; afterwards the old password is refused and a
 // dump works though the pod's environment still holds the old one.
-func TestRotatePostgreSQLAdmin(t *testing.T) {
-	t.Parallel()
+func rotatePostgreSQLAdmin(t *testing.T, plat rotationPlatform) {
 	ctx := context.Background()
-	c := testcluster.Start(t)
-	src, cl := clusterConfig(t, c, smallPlatform)
-	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, src, cl := plat.c, plat.src, plat.cl
 	const ns = "onprem"
 	target := Target{Cluster: cl, ConfigPath: src.ConfigPath}
 	admin := func() (user, password, next []byte) {

@@ -14,7 +14,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/backup/backuptest"
 	"onprem.dev/onprem/installer/credentials"
@@ -29,14 +28,9 @@ import (
 // RabbitMQ's own StatefulSet, which reads the Secret for its first user),
 // and the old user is deleted. A run killed before the deletion leaves
 // both users working, and the next run finishes it.
-func TestRotateRabbitMQLogin(t *testing.T) {
-	t.Parallel()
+func rotateRabbitMQLogin(t *testing.T, plat rotationPlatform) {
 	ctx := context.Background()
-	c := testcluster.Start(t)
-	src, cl := clusterConfig(t, c, smallPlatform)
-	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, src, cl := plat.c, plat.src, plat.cl
 	const ns = "onprem"
 	target := Target{Cluster: cl, ConfigPath: src.ConfigPath}
 	secret := func() (user, password string, retire string) {

@@ -16,7 +16,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/backup/backuptest"
 	"onprem.dev/onprem/installer/credentials"
@@ -54,14 +53,9 @@ func redisAuth(addr, password string) error {
 // restarted. A run killed before the old password is dropped leaves both
 // working and is finished by the next, and a backup of Redis works after
 // the rotation (its script reads the file, not the stale environment).
-func TestRotateRedisPassword(t *testing.T) {
-	t.Parallel()
+func rotateRedisPassword(t *testing.T, plat rotationPlatform) {
 	ctx := context.Background()
-	c := testcluster.Start(t)
-	src, cl := clusterConfig(t, c, smallPlatform)
-	if _, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c, src, cl := plat.c, plat.src, plat.cl
 	const ns = "onprem"
 	target := Target{Cluster: cl, ConfigPath: src.ConfigPath}
 	password := func() []byte {
