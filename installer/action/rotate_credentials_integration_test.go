@@ -466,7 +466,7 @@ func TestRotateCredentials(t *testing.T) {
 		r    *RotateCredentials
 		want string
 	}{
-		{&RotateCredentials{Engines: []string{"redis"}}, `"redis"`},
+		{&RotateCredentials{Engines: []string{"consul"}}, `"consul"`},
 		{&RotateCredentials{Components: []string{"no-such-service"}}, `"no-such-service" has no database login of its own`},
 		{&RotateCredentials{Components: []string{"billing"}}, "onprem-billing-postgresql holds billing's postgresql login but is your own"},
 	} {
