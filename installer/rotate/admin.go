@@ -61,8 +61,11 @@ func adminPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	api := o.Client.CoreV1().Secrets(o.Namespace)
 	ref := o.Namespace + "/" + name
 	s, err := api.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, refused("secret %s does not exist (is the platform installed in namespace %s, with %s run by onprem?)", ref, o.Namespace, o.Engine)
+	}
 	if err != nil {
-		return nil, refused("secret %s: %v (is the platform installed in namespace %s, with %s run by onprem?)", ref, err, o.Namespace, o.Engine)
+		return nil, fmt.Errorf("reading secret %s: %w", ref, err)
 	}
 	if s.Labels[secrets.LabelGenerated] != "true" {
 		return nil, refused("secret %s holds the %s admin but is your own (it lacks the label %s=true), so onprem never changes it",

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/credentials"
@@ -53,8 +54,11 @@ func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	api := o.Client.CoreV1().Secrets(o.Namespace)
 	ref := o.Namespace + "/" + credentials.Redis
 	s, err := api.Get(ctx, credentials.Redis, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, refused("secret %s does not exist (is the platform installed in namespace %s, with Redis run by onprem?)", ref, o.Namespace)
+	}
 	if err != nil {
-		return nil, refused("secret %s: %v (is the platform installed in namespace %s, with Redis run by onprem?)", ref, err, o.Namespace)
+		return nil, fmt.Errorf("reading secret %s: %w", ref, err)
 	}
 	if s.Labels[secrets.LabelGenerated] != "true" {
 		return nil, OwnLoginRefused(o.Namespace, Redis, SharedLogin)

@@ -9,8 +9,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/secrets"
@@ -106,4 +108,38 @@ func TestRedisPasswordOrderAndResume(t *testing.T) {
 	if _, err := Credentials(ctx, o); !errors.As(err, &re) || !strings.Contains(err.Error(), "onprem-redis") {
 		t.Errorf("the operator's Redis Secret: %v", err)
 	}
+}
+
+// A Secret that cannot be read (the API server failing) is an error to
+// retry, not a refusal (exit 2, "fix your input"); a missing one is a
+// refusal.
+func TestSharedPasswordReadErrors(t *testing.T) {
+	ctx := context.Background()
+	for _, admin := range []bool{false, true} {
+		engine := Redis
+		if admin {
+			engine = PostgreSQL
+		}
+		var re *RefusedError
+		o := CredentialsOptions{Client: fake.NewClientset(), Namespace: "onprem", Logins: &recordingRedis{}, Engine: engine, Admin: admin}
+		if _, err := Credentials(ctx, o); !errors.As(err, &re) || !strings.Contains(err.Error(), "does not exist") {
+			t.Errorf("admin %v, no Secret: %v, want a refusal", admin, err)
+		}
+		c := fake.NewClientset()
+		c.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, errors.New("connection refused")
+		})
+		o.Client = c
+		if _, err := Credentials(ctx, o); err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("admin %v, API failing: %v, want an error that is not a refusal", admin, err)
+		}
+	}
+}
+
+func (r *recordingRedis) AdminFileHolds(_ context.Context, _, _ string, pw []byte) (bool, error) {
+	return true, r.noteRedis("admin file holds " + string(pw))
+}
+
+func (r *recordingRedis) SetAdminPassword(_ context.Context, _ string, _, next []byte) error {
+	return r.noteRedis("set admin password " + string(next))
 }
