@@ -88,9 +88,23 @@ func (e Engine) address() string {
 	return fmt.Sprintf(`host="${ONPREM_DB_HOST:-127.0.0.1}"; port="${ONPREM_DB_PORT:-%d}"`, e.Port)
 }
 
+// MongoDBAuth, in a script run in MongoDB's pod, sets
+// MONGO_INITDB_ROOT_USERNAME and MONGO_INITDB_ROOT_PASSWORD to the admin
+// of the Secret the chart mounts (ONPREM_MONGO_ADMIN_DIR,
+// /etc/mongodb-admin), which the kubelet keeps current, rather than the
+// container's environment, which a rotation of the admin leaves behind.
+// A rotation alternates the admin between two users and revokes the old
+// one only once this mount holds the new one, so the mounted pair always
+// logs in. Without the folder, the environment's stays.
+const MongoDBAuth = `admin="${ONPREM_MONGO_ADMIN_DIR:-/etc/mongodb-admin}"
+if [ -r "$admin/username" ] && [ -r "$admin/password" ]; then
+  MONGO_INITDB_ROOT_USERNAME="$(cat "$admin/username")"; MONGO_INITDB_ROOT_PASSWORD="$(cat "$admin/password")"
+fi
+`
+
 // mongoAuth writes the root password into a private temporary file that
 // mongodump/mongorestore read with --config, removed at exit.
-const mongoAuth = `cfg="$(mktemp)"; trap 'rm -f "$cfg"' EXIT
+const mongoAuth = MongoDBAuth + `cfg="$(mktemp)"; trap 'rm -f "$cfg"' EXIT
 printf 'password: "%s"\n' "$MONGO_INITDB_ROOT_PASSWORD" > "$cfg"
 `
 

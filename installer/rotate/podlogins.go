@@ -3,6 +3,7 @@ package rotate
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"fmt"
 	"io"
 	"io/fs"
@@ -38,10 +39,11 @@ const (
 // mongosh runs the provisioning script ($1) for one login read on its
 // standard input (username, password and database, a line each), laid out
 // as the Job's mounted Secret would be, in a private folder removed at
-// the end; as the admin (the container's MONGO_INITDB_ROOT_USERNAME and
-// MONGO_INITDB_ROOT_PASSWORD) on the pod's loopback.
+// the end; as the admin (the mounted admin Secret, dbdump.MongoDBAuth, else
+// the container's MONGO_INITDB_ROOT_USERNAME and MONGO_INITDB_ROOT_PASSWORD)
+// on the pod's loopback.
 var mongosh = []string{"sh", "-c", `set -eu
-dir="$(mktemp -d)"; trap 'rm -rf "$dir"' EXIT
+` + dbdump.MongoDBAuth + `dir="$(mktemp -d)"; trap 'rm -rf "$dir"' EXIT
 mkdir "$dir/login"
 IFS= read -r username; IFS= read -r password; IFS= read -r database
 printf '%s' "$username" > "$dir/login/username"
@@ -225,4 +227,49 @@ func psqlQuote(v string) (string, error) {
 		return "", fmt.Errorf("holds a line break or NUL, which psql cannot take")
 	}
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'", nil
+}
+
+// mongoshAdmin runs the admin script ($1, mongodb-admin.js) to grant or
+// revoke ($2) the admin login read on its standard input (username, then
+// password, a line each; revoke reads the username only), laid out in a
+// private folder removed at the end; as the admin of the mounted admin
+// Secret (dbdump.MongoDBAuth), on the pod's loopback.
+var mongoshAdmin = []string{"sh", "-c", `set -eu
+` + dbdump.MongoDBAuth + `dir="$(mktemp -d)"; trap 'rm -rf "$dir"' EXIT
+IFS= read -r username; printf '%s' "$username" > "$dir/username"
+if [ "$2" = grant ]; then IFS= read -r password; printf '%s' "$password" > "$dir/password"; unset password; fi
+printf '%s' "$1" > "$dir/mongodb-admin.js"
+MONGODB_HOST="${ONPREM_DB_HOST:-127.0.0.1}" MONGODB_PORT="${ONPREM_DB_PORT:-27017}" \
+MONGODB_ADMIN_USERNAME="$MONGO_INITDB_ROOT_USERNAME" MONGODB_ADMIN_PASSWORD="$MONGO_INITDB_ROOT_PASSWORD" \
+ONPREM_LOGIN_DIR="$dir" ONPREM_ADMIN_ACTION="$2" \
+  mongosh --nodb --norc --quiet --file "$dir/mongodb-admin.js"
+`, "onprem"}
+
+// mongodbAdminJS is the script mongoshAdmin runs.
+//
+//go:embed mongodb-admin.js
+var mongodbAdminJS string
+
+// GrantAdmin implements AdminLogins: l becomes a user of MongoDB's admin
+// database with the root role and l's password.
+func (p PodLogins) GrantAdmin(ctx context.Context, engine string, l Login) error {
+	if engine != MongoDB {
+		return fmt.Errorf("onprem alternates the admin of %s only, not %s's", MongoDB, engine)
+	}
+	if err := oneLine(l.Username, string(l.Password)); err != nil {
+		return err
+	}
+	in := strings.NewReader(l.Username + "\n" + string(l.Password) + "\n")
+	return p.run(ctx, engine, append(slices.Clone(mongoshAdmin), mongodbAdminJS, "grant"), in, l.Password)
+}
+
+// RevokeAdmin implements AdminLogins: the user is dropped.
+func (p PodLogins) RevokeAdmin(ctx context.Context, engine, username string) error {
+	if engine != MongoDB {
+		return fmt.Errorf("onprem alternates the admin of %s only, not %s's", MongoDB, engine)
+	}
+	if err := oneLine(username); err != nil {
+		return err
+	}
+	return p.run(ctx, engine, append(slices.Clone(mongoshAdmin), mongodbAdminJS, "revoke"), strings.NewReader(username+"\n"), nil)
 }

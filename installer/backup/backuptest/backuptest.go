@@ -54,6 +54,9 @@ type Servers struct {
 	// PGAdminDir, when set, stands for the admin Secret the postgresql
 	// chart mounts (a test plays the kubelet that updates it).
 	PGAdminDir string
+	// MongoAdminDir, when set, stands for the admin Secret the mongodb
+	// chart mounts.
+	MongoAdminDir string
 }
 
 // Start starts PostgreSQL, FerretDB and RabbitMQ on loopback.
@@ -144,7 +147,11 @@ func (e *Exec) env(container string) ([]string, error) {
 		}
 		return env, nil
 	case "mongodb":
-		return append(hostPort(s.MongoDB), "MONGO_INITDB_ROOT_USERNAME="+s.MongoUser, "MONGO_INITDB_ROOT_PASSWORD="+s.MongoPass), nil
+		env := append(hostPort(s.MongoDB), "MONGO_INITDB_ROOT_USERNAME="+s.MongoUser, "MONGO_INITDB_ROOT_PASSWORD="+s.MongoPass)
+		if s.MongoAdminDir != "" {
+			env = append(env, "ONPREM_MONGO_ADMIN_DIR="+s.MongoAdminDir)
+		}
+		return env, nil
 	case "rabbitmq":
 		if s.RabbitMQ == nil {
 			break

@@ -1,11 +1,15 @@
 // Command mongosh stands in for MongoDB's shell in the e2e MongoDB image
 // (installed as /usr/local/bin/mongosh). No mongosh build is reachable
-// offline, and the db-provision chart runs exactly one script with it:
+// offline, and onprem runs exactly two scripts with it:
 //
 //	mongosh --nodb --norc --quiet --file .../mongodb-provision.js
+//	mongosh --nodb --norc --quiet --file .../mongodb-admin.js
 //
-// This program does what that script does, with the same inputs and the
-// same log lines, and nothing else: any other invocation exits 2, so a
+// the db-provision chart's, and the one onprem rotate credentials runs to
+// alternate the admin (installer/rotate/mongodb-admin.js: grant or revoke
+// a root user, see admin.go). This program does what those scripts do,
+// with the same inputs and the same log lines, and nothing else: any
+// other invocation exits 2, so a
 // chart that starts using mongosh differently fails loudly here instead of
 // passing against a program that ignored it.
 //
@@ -38,8 +42,12 @@ import (
 	"time"
 )
 
-// script is the only file this stand-in agrees to "run".
-const script = "mongodb-provision.js"
+// script and adminScript are the only files this stand-in agrees to
+// "run": the db-provision chart's, and onprem rotate's (installer/rotate).
+const (
+	script      = "mongodb-provision.js"
+	adminScript = "mongodb-admin.js"
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,8 +63,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "mongosh (e2e stand-in): %v\n", err)
 		return 2
 	}
-	if filepath.Base(file) != script {
-		fmt.Fprintf(stderr, "mongosh (e2e stand-in): only runs %s, not %s\n", script, file)
+	switch filepath.Base(file) {
+	case script:
+	case adminScript:
+		return runAdmin(ctx, getenv, stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "mongosh (e2e stand-in): only runs %s and %s, not %s\n", script, adminScript, file)
 		return 2
 	}
 	p := &provisioner{
