@@ -35,12 +35,11 @@ changes them when you decide to: a leak, an auditor's policy, an expiry.
                                 old CA retired
   onprem rotate credentials     new database logins (PostgreSQL, MongoDB,
                                 RabbitMQ) and Redis password for the
-                                services, none ever disconnected
+                                services, none ever disconnected, and new
+                                admins (PostgreSQL, MongoDB)
   onprem rotate keys            new signing and encryption keys, the old ones
                                 still verifying and decrypting; --retire
-                                drops the old ones
-
-The MongoDB admin is listed but not yet rotated by onprem.`,
+                                drops the old ones`,
 		Example: `  onprem rotate --list
   onprem rotate --list -o json
   onprem rotate certificates --dry-run`,
@@ -220,18 +219,24 @@ alternate at every rotation and no data moves.
 
   --all                   every service's logins on every database onprem
                           runs (PostgreSQL, MongoDB, RabbitMQ, Redis), and
-                          the PostgreSQL admin's password
+                          the PostgreSQL and MongoDB admins
   --database ENGINE       postgresql, mongodb, rabbitmq or redis
                           (repeatable)
   --component NAME        only that service's logins (repeatable; with
                           --database, only on that engine)
-  --admin                 the PostgreSQL admin's password (onprem-postgresql-
-                          admin), which onprem's scripts and Jobs use. Its
-                          next password is first written to the Secret and
+  --admin                 the admins instead of the services' logins
+                          (with --database: only those engines' admins),
+                          which onprem's scripts and Jobs use:
+                          PostgreSQL (onprem-postgresql-admin): its next
+                          password is first written to the Secret and
                           onprem waits until the database's pod sees it
                           (the scripts there then accept either), then
                           ALTER ROLE, then the Secret switches: the old
-                          password is refused at once
+                          password is refused at once.
+                          MongoDB (onprem-mongodb-admin): alternates like a
+                          service's login (root, root_2), created with the
+                          root role by the current admin; the old user is
+                          dropped once the database's pod sees the new one
 
 A run that is killed, or that fails (a rollout that does not finish within
 --timeout), leaves every service with a login its database accepts: run
@@ -241,14 +246,18 @@ logins, never a password); --dry-run says what would change and writes
 nothing.
 
 Not rotated by onprem: databases in external mode (their credentials are
-yours; naming one is refused, exit 2, nothing changed); not yet: the
-MongoDB admin.
+yours; naming one is refused, exit 2, nothing changed).
+
+Several engines rotated at once (--all) switch every Secret first, roll
+each service once, then revoke every old login: one round of restarts.
 
 Exit code 0 when rotated, 2 when refused (nothing changed), 3 when the
 cluster cannot be reached, 1 when a step failed (run it again).`,
 		Example: `  onprem rotate credentials --all --dry-run
   onprem rotate credentials --all
   onprem rotate credentials --database postgresql
+  onprem rotate credentials --admin
+  onprem rotate credentials --database mongodb --admin
   onprem rotate credentials --component audit-manager -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -257,9 +266,18 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 			}
 			switch {
 			case all && (len(a.Engines) > 0 || len(a.Components) > 0 || a.Admin):
-				return inputError{fmt.Errorf("--all rotates every login and the admin's password: give it alone, or name --database, --component or --admin instead")}
+				return inputError{fmt.Errorf("--all rotates every login and every admin: give it alone, or name --database, --component or --admin instead")}
 			case !all && len(a.Engines) == 0 && len(a.Components) == 0 && !a.Admin:
 				return inputError{fmt.Errorf("say which logins: --all, --database postgresql|mongodb|rabbitmq|redis, --component NAME or --admin (see --help)")}
+			}
+			if a.Admin {
+				// --admin names the admins; --database, whose.
+				if len(a.Components) > 0 {
+					return inputError{fmt.Errorf("--admin rotates the databases' admins and --component a service's logins: run them one after the other")}
+				}
+				if len(a.Engines) > 0 {
+					a.Admin, a.Admins, a.Engines = false, a.Engines, nil
+				}
 			}
 			w := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(w, line) }
@@ -275,8 +293,8 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql, mongodb, rabbitmq or redis (repeatable)")
 	cmd.Flags().StringArrayVar(&a.Components, "component", nil, "rotate only this service's logins (repeatable)")
-	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs, and the PostgreSQL admin's password")
-	cmd.Flags().BoolVar(&a.Admin, "admin", false, "rotate the PostgreSQL admin's password (with --database or --component: as well)")
+	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs, and the PostgreSQL and MongoDB admins")
+	cmd.Flags().BoolVar(&a.Admin, "admin", false, "rotate the admins (PostgreSQL, MongoDB; with --database: only those engines') instead of the services' logins")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", 5*time.Minute, "how long each restarted workload may take to roll out")
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")

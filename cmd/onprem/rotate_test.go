@@ -24,6 +24,7 @@ func TestRotateCommands(t *testing.T) {
 		{[]string{"rotate", "credentials"}, exitInput, "--all, --database postgresql|mongodb|rabbitmq|redis, --component NAME or --admin"},
 		{[]string{"rotate", "credentials", "--all", "--component", "audit-manager"}, exitInput, "--all rotates every login"},
 		{[]string{"rotate", "credentials", "--all", "-o", "xml"}, exitInput, "xml"},
+		{[]string{"rotate", "credentials", "--admin", "--component", "audit-manager"}, exitInput, "run them one after the other"},
 		{[]string{"rotate", "credentials", "--all", "--kubeconfig", kc}, exitCluster, kc},
 	} {
 		code, stdout, stderr := cli(t, dir, c.args...)
@@ -38,7 +39,7 @@ func TestRotateCommands(t *testing.T) {
 		}
 	}
 	code, stdout, _ = cli(t, dir, "rotate", "credentials", "--help")
-	for _, want := range []string{"--database", "--component", "--all", "--dry-run", "revoked", "finishes what the first one started", "external", "Exit code"} {
+	for _, want := range []string{"--database", "--component", "--all", "--admin", "root_2", "one round of restarts", "--dry-run", "revoked", "finishes what the first one started", "external", "Exit code"} {
 		if code != 0 || !strings.Contains(stdout, want) {
 			t.Errorf("rotate credentials --help lacks %q", want)
 		}

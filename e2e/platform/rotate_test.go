@@ -187,9 +187,9 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 		key = k
 		break
 	}
-	e.step("database logins, Redis's password and the PostgreSQL admin's rotated under traffic (rotate credentials --all): no request fails, each old password is refused", func() {
-		oldPG, oldMongo, oldMQ, oldRedis, oldAdmin := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb"),
-			readSecret("onprem-rabbitmq"), readSecret("onprem-redis"), readSecret("onprem-postgresql-admin")
+	e.step("database logins, Redis's password and the PostgreSQL and MongoDB admins rotated under traffic (rotate credentials --all): no request fails, each old password is refused", func() {
+		oldPG, oldMongo, oldMQ, oldRedis, oldAdmin, oldMongoAdmin := readSecret("onprem-audit-manager-postgresql"), readSecret("onprem-pipelines-api-mongodb"),
+			readSecret("onprem-rabbitmq"), readSecret("onprem-redis"), readSecret("onprem-postgresql-admin"), readSecret("onprem-mongodb-admin")
 		proxied := e.startProxyTraffic(ctx, "audit-manager", "records/"+key)
 		var res action.RotateCredentialsResult
 		r := e.underTraffic("database logins rotated", func() {
@@ -209,15 +209,15 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 			restarted = append(restarted, er.Restarted...)
 			switched += len(er.Logins)
 		}
-		if len(res.Engines) != 5 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
+		if len(res.Engines) != 6 || !slices.Contains(restarted, "Deployment/audit-manager") || !slices.Contains(restarted, "Deployment/pipelines-api") {
 			t.Fatalf("the rotation switched %d logins on %d engines and restarted %v", switched, len(res.Engines), restarted)
 		}
 		t.Logf("switched %d logins; restarted %v", switched, restarted)
 		e.checkRecords(ctx, records)
 
-		// Logins alternate (a new username); Redis's password and the
-		// admin's change in place.
-		for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ, oldRedis, oldAdmin} {
+		// Logins alternate (a new username), MongoDB's admin too; Redis's
+		// password and the PostgreSQL admin's change in place.
+		for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ, oldRedis, oldAdmin, oldMongoAdmin} {
 			alternates := old != oldRedis && old != oldAdmin
 			if now := readSecret(old.Name); bytes.Equal(now.Data["password"], old.Data["password"]) ||
 				alternates && bytes.Equal(now.Data["username"], old.Data["username"]) {
@@ -254,7 +254,37 @@ func (e *env) rotateCredentials(ctx context.Context, paths []string, records map
 		} else {
 			t.Logf("the old Redis password: %v", err)
 		}
+		if err := e.mongoAdminLogin(ctx, readSecret(oldMongoAdmin.Name)); err != nil {
+			t.Fatalf("MongoDB refuses the new admin: %v", err)
+		}
+		if err := e.mongoAdminLogin(ctx, oldMongoAdmin); err == nil {
+			t.Fatalf("MongoDB accepts the old admin %s", oldMongoAdmin.Data["username"])
+		} else {
+			t.Logf("the old MongoDB admin: %v", err)
+		}
 	})
+}
+
+// mongoAdminLogin dumps an empty database as the admin of MongoDB's
+// Secret s, with mongodump in MongoDB's pod (the password in a private
+// file, read from standard input): the admin's login checked by the tool
+// onprem's backups use.
+func (e *env) mongoAdminLogin(ctx context.Context, s *corev1.Secret) error {
+	target, err := dbdump.Pod(ctx, e.cluster.Client, namespace, dbdump.MongoDB)
+	if err != nil {
+		return err
+	}
+	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
+	cmd := []string{"sh", "-c", `set -eu
+IFS= read -r password; cfg="$(mktemp)"; trap 'rm -f "$cfg"' EXIT
+printf 'password: "%s"\n' "$password" > "$cfg"
+mongodump --host 127.0.0.1 --port 27017 --username "$1" --authenticationDatabase admin --config "$cfg" \
+  --db onprem_login_check --gzip --archive --quiet >/dev/null`, "sh", string(s.Data["username"])}
+	var out strings.Builder
+	if err := ex.Exec(ctx, target, cmd, strings.NewReader(string(s.Data["password"])+"\n"), &out); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
 }
 
 // redisLogin pings Redis in its pod with the password of its Secret s,

@@ -318,19 +318,22 @@ func rotateCredentialsIfDue(ctx context.Context, cl *kube.Cluster, ex podexec.Ex
 			done = append(done, engine+" "+l.Service+" "+l.From+" → "+l.To)
 		}
 	}
-	if _, ok := st.Components[rotate.PostgreSQL]; ok {
-		due, err := rotate.AdminDue(ctx, cl.Client, ns, time.Duration(days)*24*time.Hour, time.Now())
+	for _, engine := range adminEngines {
+		if _, ok := st.Components[engine]; !ok {
+			continue
+		}
+		due, err := rotate.AdminDue(ctx, cl.Client, ns, engine, time.Duration(days)*24*time.Hour, time.Now())
 		if err == nil && due {
-			o := credentialOptions(cl, ex, ns, rotate.PostgreSQL, nil, timeout, func(line string) { slog.Info("credential rotation: " + line) })
+			o := credentialOptions(cl, ex, ns, engine, nil, timeout, func(line string) { slog.Info("credential rotation: " + line) })
 			o.Admin = true
 			_, err = rotate.Credentials(ctx, o)
 			if err == nil {
-				done = append(done, "postgresql admin password")
+				done = append(done, engine+" admin")
 			}
 		}
 		if err != nil {
-			msg := fmt.Sprintf("the PostgreSQL admin's password is due for rotation (spec.rotation.credentialsMaxAgeDays) but was not rotated: %v; "+
-				"onprem's scripts accept the current and the next password: run 'onprem rotate credentials --admin' to finish", err)
+			msg := fmt.Sprintf("the %s admin is due for rotation (spec.rotation.credentialsMaxAgeDays) but was not rotated: %v; "+
+				"onprem's scripts keep working with the admin of the Secret: run 'onprem rotate credentials --admin --database %s' to finish", engine, err, engine)
 			slog.Warn(msg)
 			done = append(done, msg)
 		}

@@ -169,9 +169,9 @@ func caNext(st *state.State, res *rotate.CertificatesResult) []string {
 }
 
 // RotateCredentials gives services' own database logins new passwords
-// (rotate.Credentials), engine after engine: each service switches to the
-// other of its two logins, its workloads roll onto it, and the old login
-// is revoked. It takes the installation's lock and records the rotation
+// (rotate.CredentialsAll): each service switches to the other of its two
+// logins (every engine first), its workloads roll onto them once, and the
+// old logins are revoked. It takes the installation's lock and records the rotation
 // (logins, never passwords) in the history; a dry run does neither and
 // writes nothing. Engines run outside the cluster (external mode) are the
 // operator's: refused, nothing changed.
@@ -183,10 +183,14 @@ type RotateCredentials struct {
 	Engines []string
 	// Components limits the rotation to these services (all when empty).
 	Components []string
-	// Admin rotates the PostgreSQL admin's password too; alone (no
-	// Engines, no Components), only it. With none of the three, every
-	// login and the admin's password are rotated.
-	Admin  bool
+	// Admin rotates the admins too (PostgreSQL's password, MongoDB's
+	// user) of every engine onprem runs, or of Engines when named; alone
+	// (no Engines, no Components), only them. With none of the four
+	// fields, every login and every admin are rotated.
+	Admin bool
+	// Admins names the engines whose admin to rotate (each run by onprem,
+	// else refused); alone, only them.
+	Admins []string
 	DryRun bool
 	// Timeout bounds each workload's rollout (5 min when zero).
 	Timeout   time.Duration
@@ -209,6 +213,10 @@ type RotateCredentialsResult struct {
 // credentialEngines are the engines whose service logins onprem rotates.
 var credentialEngines = []string{rotate.PostgreSQL, rotate.MongoDB, rotate.RabbitMQ, rotate.Redis}
 
+// adminEngines are the engines whose admin onprem rotates (PostgreSQL's
+// password, MongoDB's user).
+var adminEngines = []string{rotate.PostgreSQL, rotate.MongoDB}
+
 // Run rotates.
 func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, error) {
 	ns, err := r.Target.namespace(ctx)
@@ -228,18 +236,18 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		}
 		engines := r.Engines
 		explicit := len(engines) > 0
-		everything := !explicit && len(r.Components) == 0
+		everything := !explicit && len(r.Components) == 0 && !r.Admin && len(r.Admins) == 0
 		if !explicit {
 			engines = credentialEngines
 		}
-		if r.Admin && everything {
-			engines = nil // the admin alone
+		if (r.Admin || len(r.Admins) > 0) && !explicit && len(r.Components) == 0 {
+			engines = nil // the admins alone
 		}
 		var out []rotate.CredentialsOptions
 		covered := map[string]bool{}
 		for _, e := range engines {
 			if !slices.Contains(credentialEngines, e) {
-				return nil, inputErr(fmt.Errorf("database engine %q: onprem rotates the services' logins on %s (not yet the database admins')", e, strings.Join(credentialEngines, ", ")))
+				return nil, inputErr(fmt.Errorf("database engine %q: onprem rotates the services' logins on %s (their admins with --admin)", e, strings.Join(credentialEngines, ", ")))
 			}
 			if _, ok := st.Components[e]; !ok {
 				if explicit {
@@ -275,17 +283,14 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 			o.DryRun = r.DryRun
 			out = append(out, o)
 		}
-		if r.Admin || everything {
-			_, runs := st.Components[rotate.PostgreSQL]
-			switch {
-			case runs:
-				o := credentialOptions(cl, ex, ns, rotate.PostgreSQL, nil, r.Timeout, r.Progress)
-				o.Admin, o.DryRun = true, r.DryRun
-				out = append(out, o)
-			case r.Admin:
-				return nil, inputErr(fmt.Errorf("%s is not run by onprem in namespace %s (external mode, or not used): its admin is yours; "+
-					"rotate its password where the database is managed, then update the Secret", rotate.PostgreSQL, ns))
-			}
+		admins, err := r.admins(st, ns, everything)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range admins {
+			o := credentialOptions(cl, ex, ns, e, nil, r.Timeout, r.Progress)
+			o.Admin, o.DryRun = true, r.DryRun
+			out = append(out, o)
 		}
 		for _, c := range r.Components {
 			if !covered[c] {
@@ -307,12 +312,8 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		if err != nil {
 			return nil, err
 		}
-		for _, o := range opts {
-			er, err := rotate.Credentials(ctx, o)
-			if err != nil {
-				return nil, rotateErr(err)
-			}
-			res.Engines = append(res.Engines, *er)
+		if res.Engines, err = rotate.CredentialsAll(ctx, opts); err != nil {
+			return nil, rotateErr(err)
 		}
 		return res, nil
 	}
@@ -326,15 +327,17 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 	if err != nil {
 		return nil, err
 	}
+	probes := slices.Clone(opts)
+	for i := range probes {
+		probes[i].DryRun = true
+	}
+	if _, err := rotate.CredentialsAll(ctx, probes); err != nil {
+		return nil, rotateErr(err)
+	}
 	var what []string
 	for _, o := range opts {
-		probe := o
-		probe.DryRun = true
-		if _, err := rotate.Credentials(ctx, probe); err != nil {
-			return nil, rotateErr(err)
-		}
 		if o.Admin {
-			what = append(what, o.Engine+" admin password")
+			what = append(what, o.Engine+" admin")
 		} else {
 			what = append(what, o.Engine+" logins of "+strings.Join(o.Services, ", "))
 		}
@@ -343,18 +346,20 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		Message: "rotating credentials: " + strings.Join(what, "; ")}); err != nil {
 		return nil, err
 	}
-	var switched []string
-	for _, o := range opts {
-		er, err := rotate.Credentials(ctx, o)
-		if err != nil {
-			if ferr := h.store.Finish(context.WithoutCancel(ctx), h.st, state.OutcomeFailed, err.Error()); ferr != nil {
-				err = errors.Join(err, ferr)
-			}
-			return nil, rotateErr(err)
+	// Every engine switches, the services roll once, then every engine
+	// revokes: one round of restarts, not one per engine.
+	engines, err := rotate.CredentialsAll(ctx, opts)
+	if err != nil {
+		if ferr := h.store.Finish(context.WithoutCancel(ctx), h.st, state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
 		}
-		res.Engines = append(res.Engines, *er)
+		return nil, rotateErr(err)
+	}
+	res.Engines = engines
+	var switched []string
+	for _, er := range engines {
 		for _, l := range er.Logins {
-			switched = append(switched, o.Engine+" "+l.Service+" "+l.From+" → "+l.To)
+			switched = append(switched, er.Engine+" "+l.Service+" "+l.From+" → "+l.To)
 		}
 	}
 	msg := "credentials: " + strings.Join(switched, ", ")
@@ -362,6 +367,60 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		return nil, fmt.Errorf("credentials rotated, but recording it failed: %w", err)
 	}
 	return res, nil
+}
+
+// admins are the engines whose admin the rotation covers: Admins; with
+// Admin, every one onprem runs (or those of Engines); everything: every one
+// onprem runs.
+func (r *RotateCredentials) admins(st *state.State, ns string, everything bool) ([]string, error) {
+	external := func(e string) error {
+		return inputErr(fmt.Errorf("%s is not run by onprem in namespace %s (external mode, or not used): its admin is yours; "+
+			"rotate it where the database is managed, then update the Secret", e, ns))
+	}
+	var out []string
+	for _, e := range r.Admins {
+		if !slices.Contains(adminEngines, e) {
+			return nil, inputErr(fmt.Errorf("database engine %q: onprem rotates the admins of %s (RabbitMQ and Redis have one login, rotated with --database)",
+				e, strings.Join(adminEngines, " and ")))
+		}
+		if _, runs := st.Components[e]; !runs {
+			return nil, external(e)
+		}
+		out = append(out, e)
+	}
+	if !r.Admin && !everything {
+		return out, nil
+	}
+	candidates := adminEngines
+	if len(r.Engines) > 0 {
+		candidates = nil
+		for _, e := range adminEngines {
+			if slices.Contains(r.Engines, e) {
+				candidates = append(candidates, e)
+			}
+		}
+		if len(candidates) == 0 {
+			return nil, inputErr(fmt.Errorf("--admin with --database %s: onprem rotates the admins of %s (RabbitMQ and Redis have one login, rotated with the engine)",
+				strings.Join(r.Engines, ", "), strings.Join(adminEngines, " and ")))
+		}
+	}
+	n := len(out)
+	for _, e := range candidates {
+		if _, runs := st.Components[e]; !runs {
+			if len(r.Engines) > 0 {
+				return nil, external(e)
+			}
+			continue
+		}
+		if !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	if r.Admin && len(out) == n && n == 0 {
+		return nil, inputErr(fmt.Errorf("neither %s is run by onprem in namespace %s (external mode, or not used): their admins are yours; "+
+			"rotate them where the databases are managed, then update the Secrets", strings.Join(adminEngines, " nor "), ns))
+	}
+	return out, nil
 }
 
 // credentialOptions are the options of a rotation of engine's logins of

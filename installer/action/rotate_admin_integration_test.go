@@ -111,7 +111,7 @@ func rotatePostgreSQLAdmin(t *testing.T, plat rotationPlatform) {
 		}
 	}
 	rotateAdmin := func(dry bool) (*RotateCredentialsResult, error) {
-		return (&RotateCredentials{Target: target, Admin: true, Exec: ex, DryRun: dry, Timeout: time.Minute,
+		return (&RotateCredentials{Target: target, Admins: []string{rotate.PostgreSQL}, Exec: ex, DryRun: dry, Timeout: time.Minute,
 			Progress: func(line string) { t.Log(line) }}).Run(ctx)
 	}
 
@@ -210,7 +210,7 @@ func rotatePostgreSQLAdmin(t *testing.T, plat rotationPlatform) {
 	if _, err := c.Client.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := install(); got != "rotated (spec.rotation.credentialsMaxAgeDays): postgresql admin password" {
+	if got := install(); got != "rotated (spec.rotation.credentialsMaxAgeDays): postgresql admin" {
 		t.Fatalf("an install with the admin's password 2 days old and credentialsMaxAgeDays 1: %q", got)
 	}
 	_, p3, _ := admin()

@@ -18,7 +18,7 @@ type rotationPlatform struct {
 }
 
 // The logins every service shares (RabbitMQ's, Redis's password) and the
-// PostgreSQL admin's password, rotated one after the other on one
+// PostgreSQL and MongoDB admins, rotated one after the other on one
 // installed platform, each against a real server of its own (see each
 // function for what it proves).
 func TestRotateSharedLoginsAndAdmin(t *testing.T) {
@@ -33,4 +33,5 @@ func TestRotateSharedLoginsAndAdmin(t *testing.T) {
 	t.Run("RabbitMQ", func(t *testing.T) { rotateRabbitMQLogin(t, p) })
 	t.Run("Redis", func(t *testing.T) { rotateRedisPassword(t, p) })
 	t.Run("PostgreSQLAdmin", func(t *testing.T) { rotatePostgreSQLAdmin(t, p) })
+	t.Run("MongoDBAdmin", func(t *testing.T) { rotateMongoDBAdmin(t, p) })
 }

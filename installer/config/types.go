@@ -70,7 +70,7 @@ type TLS struct {
 // 'onprem rotate'.
 type Rotation struct {
 	CertificateMaxAgeDays int `json:"certificateMaxAgeDays,omitempty" doc:"With spec.tls.mode selfSigned: 'onprem install' renews the serving certificate (under the same CA, so no client changes anything) once it is older than this many days or has fewer than 30 days left. 1 to 790; 0 or unset: never (renew with 'onprem rotate certificates')."`
-	CredentialsMaxAgeDays int `json:"credentialsMaxAgeDays,omitempty" doc:"'onprem install' rotates each service's own PostgreSQL and MongoDB login, the RabbitMQ login and Redis password they share, and the PostgreSQL admin's password (as 'onprem rotate credentials' does, without disconnecting it) once it is older than this many days, and finishes a rotation that was interrupted. 1 to 3650; 0 or unset: never (rotate with 'onprem rotate credentials')."`
+	CredentialsMaxAgeDays int `json:"credentialsMaxAgeDays,omitempty" doc:"'onprem install' rotates each service's own PostgreSQL and MongoDB login, the RabbitMQ login and Redis password they share, and the PostgreSQL and MongoDB admins (as 'onprem rotate credentials' does, without disconnecting it) once it is older than this many days, and finishes a rotation that was interrupted. 1 to 3650; 0 or unset: never (rotate with 'onprem rotate credentials')."`
 	KeysMaxAgeDays        int `json:"keysMaxAgeDays,omitempty" doc:"'onprem install' rotates the platform's signing and encryption keys (as 'onprem rotate keys' does: the old keys keep verifying and decrypting until 'onprem rotate keys --retire') once they are older than this many days, and finishes a key rotation that was interrupted. 1 to 3650; 0 or unset: never."`
 }
 

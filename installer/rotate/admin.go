@@ -32,7 +32,7 @@ type AdminPasswords interface {
 	SetAdminPassword(ctx context.Context, engine string, current, next []byte) error
 }
 
-// adminPassword rotates the password of a database's admin (PostgreSQL's
+// adminRotation rotates the password of a database's admin (PostgreSQL's
 // superuser, Secret credentials.PostgreSQLAdmin). Nothing holds an admin
 // connection open: the admin is used by onprem's scripts in the
 // database's pod and by Jobs (db-provision), which read the Secret when
@@ -48,10 +48,14 @@ type AdminPasswords interface {
 //
 // A run killed between 2 and 3 is finished by the next one, which
 // authenticates with the next password.
-func adminPassword(ctx context.Context, o CredentialsOptions, newPassword func() ([]byte, error), now time.Time, timeout time.Duration,
-	say func(string, ...any)) (*CredentialsResult, error) {
-	if o.Engine != PostgreSQL {
-		return nil, refused("onprem rotates the admin password of %s only (not yet %s's): change it by hand (docs/rotation.md)", PostgreSQL, o.Engine)
+func adminRotation(ctx context.Context, o CredentialsOptions, newPassword func() ([]byte, error), now time.Time, timeout time.Duration,
+	say func(string, ...any)) (*staged, error) {
+	switch o.Engine {
+	case MongoDB:
+		return mongoAdminRotation(ctx, o, newPassword, now, timeout, say)
+	case PostgreSQL:
+	default:
+		return nil, refused("onprem rotates the admins of %s and %s only, not %s's: change it by hand (docs/rotation.md)", PostgreSQL, MongoDB, o.Engine)
 	}
 	ap, ok := o.Logins.(AdminPasswords)
 	if !ok {
@@ -79,61 +83,70 @@ func adminPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	if len(s.Data[keyNextPassword]) > 0 {
 		ch.Resumed = "granting"
 	}
-	res := &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun, Logins: []LoginChange{ch}}
-	if o.DryRun {
-		return res, nil
-	}
-	w := &secretSteps{api: api, ref: ref, s: s}
-	if len(s.Data[keyNextPassword]) == 0 {
-		pw, err := newPassword()
+	st := &staged{res: &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun, Logins: []LoginChange{ch}}, what: o.Engine + " admin password"}
+	st.switchOver = func(ctx context.Context) error {
+		w := &secretSteps{api: api, ref: ref, s: s}
+		if len(s.Data[keyNextPassword]) == 0 {
+			pw, err := newPassword()
+			if err != nil {
+				return fmt.Errorf("a new password for %s: %w", ref, err)
+			}
+			if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
+				return err
+			}
+		}
+		current, next := w.s.Data["password"], w.s.Data[keyNextPassword]
+		say("%s: waiting for the kubelet to give the database's pod the admin's next password", o.Engine)
+		refreshMounts(ctx, o.Client, o.Namespace, o.Engine, time.Now())
+		werr := waitMounted(ctx, timeout, ErrNoAdminFile, next, func(ctx context.Context) (bool, error) {
+			return ap.AdminFileHolds(ctx, o.Engine, keyNextPassword, next)
+		})
+		if werr != nil {
+			return fmt.Errorf("the %s pod does not see the admin's next password yet, so the password is unchanged (run the rotation again): %w",
+				o.Engine, werr)
+		}
+		say("%s: setting the admin's new password", o.Engine)
+		if err := ap.SetAdminPassword(ctx, o.Engine, current, next); err != nil {
+			return fmt.Errorf("setting the %s admin's new password (run the rotation again): %w", o.Engine,
+				redactErr(redactErr(err, next), current))
+		}
+		err := w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
+			n.Data["password"] = next
+			delete(n.Data, keyNextPassword)
+			n.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
+		})
 		if err != nil {
-			return nil, fmt.Errorf("a new password for %s: %w", ref, err)
+			return fmt.Errorf("the %s admin's password is changed, but %w (run the rotation again)", o.Engine, err)
 		}
-		if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
-			return nil, err
-		}
+		say("%s: Secret %s now holds the admin's new password; the old one is refused", o.Engine, name)
+		return nil
 	}
-	s = w.s
-	next := s.Data[keyNextPassword]
-	say("%s: waiting for the kubelet to give the database's pod the admin's next password", o.Engine)
-	refreshMounts(ctx, o.Client, o.Namespace, o.Engine, time.Now())
-	werr := waitMounted(ctx, timeout, ErrNoAdminFile, next, func(ctx context.Context) (bool, error) {
-		return ap.AdminFileHolds(ctx, o.Engine, keyNextPassword, next)
-	})
-	if werr != nil {
-		return nil, fmt.Errorf("the %s pod does not see the admin's next password yet, so the password is unchanged (run the rotation again): %w",
-			o.Engine, werr)
-	}
-	say("%s: setting the admin's new password", o.Engine)
-	if err := ap.SetAdminPassword(ctx, o.Engine, s.Data["password"], next); err != nil {
-		return nil, fmt.Errorf("setting the %s admin's new password (run the rotation again): %w", o.Engine,
-			redactErr(redactErr(err, next), s.Data["password"]))
-	}
-	err = w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
-		n.Data["password"] = next
-		delete(n.Data, keyNextPassword)
-		n.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("the %s admin's password is changed, but %w (run the rotation again)", o.Engine, err)
-	}
-	say("%s: Secret %s now holds the admin's new password; the old one is refused", o.Engine, name)
-	return res, nil
+	return st, nil
 }
 
 // ErrNoAdminFile: the database's pod does not mount its admin Secret.
-var ErrNoAdminFile = errors.New("the database's pod does not mount its admin Secret (/etc/postgresql-admin): its chart predates " +
-	"admin password rotation; run 'onprem install' (or the upgrade) first, which restarts the database once with it, then rotate again; " +
-	"the password is unchanged")
+var ErrNoAdminFile = errors.New("the database's pod does not mount its admin Secret (/etc/postgresql-admin, /etc/mongodb-admin): its chart predates " +
+	"admin rotation; run 'onprem install' (or the upgrade) first, which restarts the database once with it, then rotate again; " +
+	"until then onprem changes nothing there")
 
-// pgAdminFileHolds exits 0 when the key ($1) of the admin Secret mounted
-// in PostgreSQL's pod holds the value read on standard input, 3 when it
-// does not yet, 4 when the Secret is not mounted.
-var pgAdminFileHolds = []string{"sh", "-c", `IFS= read -r want
-admin="${ONPREM_PG_ADMIN_DIR:-/etc/postgresql-admin}"
+// adminFileHolds exits 0 when the key ($1) of the admin Secret mounted
+// in the database's pod (the folder admin names, a shell word) holds the
+// value read on standard input, 3 when it does not yet, 4 when the Secret
+// is not mounted.
+func adminFileHolds(admin string) []string {
+	return []string{"sh", "-c", `IFS= read -r want
+admin=` + admin + `
 [ -r "$admin/password" ] || exit 4
 [ -r "$admin/$1" ] && [ "$(cat "$admin/$1")" = "$want" ] || exit 3
 `}
+}
+
+// adminDirs are the folders where the charts mount the admins' Secrets
+// (variables point the scripts elsewhere in tests).
+var adminDirs = map[string]string{
+	PostgreSQL: `"${ONPREM_PG_ADMIN_DIR:-/etc/postgresql-admin}"`,
+	MongoDB:    `"${ONPREM_MONGO_ADMIN_DIR:-/etc/mongodb-admin}"`,
+}
 
 // pgSetAdmin reads two candidate passwords (the current, the next), a
 // line each, logs in as the admin with the first the server accepts, and
@@ -154,10 +167,11 @@ exit 1
 
 // AdminFileHolds implements AdminPasswords.
 func (p PodLogins) AdminFileHolds(ctx context.Context, engine, key string, password []byte) (bool, error) {
-	if engine != PostgreSQL {
+	dir, ok := adminDirs[engine]
+	if !ok {
 		return false, fmt.Errorf("onprem does not change %s's admin", engine)
 	}
-	err := p.run(ctx, engine, slices.Concat(pgAdminFileHolds, []string{"sh", key}), strings.NewReader(string(password)+"\n"), password)
+	err := p.run(ctx, engine, slices.Concat(adminFileHolds(dir), []string{"sh", key}), strings.NewReader(string(password)+"\n"), password)
 	var ee *podexec.ExitError
 	switch {
 	case err == nil:
@@ -189,22 +203,29 @@ func (p PodLogins) SetAdminPassword(ctx context.Context, engine string, current,
 	return p.run(ctx, engine, pgSetAdmin, strings.NewReader(in), next)
 }
 
-// AdminDue says whether the PostgreSQL admin's password, generated by
+// adminSecrets are the Secrets of the admins onprem rotates.
+var adminSecrets = map[string]string{PostgreSQL: credentials.PostgreSQLAdmin, MongoDB: credentials.MongoDBAdmin}
+
+// AdminDue says whether engine's admin (PostgreSQL, MongoDB), generated by
 // onprem, is older than maxAge (since its last rotation, else its
 // creation), or a rotation of it was interrupted: what
 // spec.rotation.credentialsMaxAgeDays rotates.
-func AdminDue(ctx context.Context, c kubernetes.Interface, ns string, maxAge time.Duration, now time.Time) (bool, error) {
-	s, err := c.CoreV1().Secrets(ns).Get(ctx, credentials.PostgreSQLAdmin, metav1.GetOptions{})
+func AdminDue(ctx context.Context, c kubernetes.Interface, ns, engine string, maxAge time.Duration, now time.Time) (bool, error) {
+	name, ok := adminSecrets[engine]
+	if !ok {
+		return false, fmt.Errorf("onprem does not rotate %s's admin", engine)
+	}
+	s, err := c.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading secret %s/%s: %w", ns, credentials.PostgreSQLAdmin, err)
+		return false, fmt.Errorf("reading secret %s/%s: %w", ns, name, err)
 	}
 	if s.Labels[secrets.LabelGenerated] != "true" {
 		return false, nil
 	}
-	if len(s.Data[keyNextPassword]) > 0 {
+	if len(s.Data[keyNextPassword]) > 0 || s.Annotations[AnnotationRetire] != "" {
 		return true, nil
 	}
 	since := s.CreationTimestamp.Time
@@ -212,4 +233,136 @@ func AdminDue(ctx context.Context, c kubernetes.Interface, ns string, maxAge tim
 		since = t
 	}
 	return now.Sub(since) > maxAge, nil
+}
+
+// AdminLogins alternates a database's admin between two users, for an
+// engine whose users hold one password each and whose scripts read the
+// admin from a mounted Secret (MongoDB); PodLogins does it.
+type AdminLogins interface {
+	// GrantAdmin makes l a user with every right (MongoDB's root role) and
+	// l's password: created, or its password and role set again.
+	GrantAdmin(ctx context.Context, engine string, l Login) error
+	// RevokeAdmin drops the admin user username; one that does not exist
+	// is revoked already.
+	RevokeAdmin(ctx context.Context, engine, username string) error
+	// AdminFileHolds says whether the admin Secret mounted in the
+	// database's pod holds password under key yet.
+	AdminFileHolds(ctx context.Context, engine, key string, password []byte) (bool, error)
+}
+
+// mongoAdminRotation rotates MongoDB's admin (the root user, Secret
+// credentials.MongoDBAdmin) the way services' logins are: the admin
+// alternates between two users (root and root_2), so both log in during
+// the switch:
+//
+//  1. the other user and a new password are written to the Secret beside
+//     the current ones, then created in the database with the root role,
+//     by the current admin;
+//  2. the Secret switches to the new user, recording the old one;
+//  3. once the Secret mounted in MongoDB's pod (which onprem's scripts
+//     there read, dbdump.MongoDBAuth) holds the new user, the old user is
+//     dropped by the new one, and refused from then on.
+//
+// Nothing holds an admin connection open: the admin is used by onprem's
+// scripts in the pod and by db-provision Jobs, which read the Secret when
+// they start. MongoDB's own environment (MONGO_INITDB_ROOT_*) only
+// creates the first user of an empty database. A run killed at any point
+// is finished by the next one, which finds the step in the Secret.
+func mongoAdminRotation(ctx context.Context, o CredentialsOptions, newPassword func() ([]byte, error), now time.Time, timeout time.Duration,
+	say func(string, ...any)) (*staged, error) {
+	al, ok := o.Logins.(AdminLogins)
+	if !ok {
+		return nil, errors.New("rotating MongoDB's admin: no way to reach the database (AdminLogins)")
+	}
+	name := credentials.MongoDBAdmin
+	api := o.Client.CoreV1().Secrets(o.Namespace)
+	ref := o.Namespace + "/" + name
+	s, err := api.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, refused("secret %s does not exist (is the platform installed in namespace %s, with %s run by onprem?)", ref, o.Namespace, o.Engine)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading secret %s: %w", ref, err)
+	}
+	if s.Labels[secrets.LabelGenerated] != "true" {
+		return nil, refused("secret %s holds the %s admin but is your own (it lacks the label %s=true), so onprem never changes it",
+			ref, o.Engine, secrets.LabelGenerated)
+	}
+	if len(s.Data["password"]) == 0 || len(s.Data["username"]) == 0 {
+		return nil, fmt.Errorf("secret %s has no username or password: run 'onprem install' to complete it", ref)
+	}
+	l := serviceLogin{service: AdminLogin, secret: s}
+	ch := LoginChange{Service: AdminLogin, Secret: name, From: string(s.Data["username"]), To: l.next()}
+	switch {
+	case s.Annotations[AnnotationRetire] != "":
+		ch.Resumed, ch.From, ch.To = "revoking", s.Annotations[AnnotationRetire], string(s.Data["username"])
+	case len(s.Data[keyNextUsername]) > 0:
+		ch.Resumed = "granting"
+	}
+	st := &staged{res: &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun, Logins: []LoginChange{ch}}, what: o.Engine + " admin"}
+	w := &secretSteps{api: api, ref: ref, s: s}
+	st.switchOver = func(ctx context.Context) error {
+		if w.s.Annotations[AnnotationRetire] != "" {
+			return nil // switched already; the old user is dropped last
+		}
+		// The old user can only be dropped once the pod's scripts read
+		// the admin from the mounted Secret: refused before any change
+		// when the chart does not mount it.
+		if _, err := al.AdminFileHolds(ctx, o.Engine, "username", w.s.Data["username"]); errors.Is(err, ErrNoAdminFile) {
+			return err
+		}
+		if len(w.s.Data[keyNextUsername]) == 0 {
+			pw, err := newPassword()
+			if err != nil {
+				return fmt.Errorf("a new password for %s: %w", ref, err)
+			}
+			owner, next := l.owner(), l.next()
+			err = w.write(ctx, "writing the next admin", func(n *corev1.Secret) {
+				n.Data[KeyOwner], n.Data[keyNextUsername], n.Data[keyNextPassword] = []byte(owner), []byte(next), pw
+				n.Annotations[secrets.AnnotationPublicKeys] = addKeys(n.Annotations[secrets.AnnotationPublicKeys], KeyOwner, keyNextUsername)
+			})
+			if err != nil {
+				return err
+			}
+		}
+		next := Login{Username: string(w.s.Data[keyNextUsername]), Password: w.s.Data[keyNextPassword], Database: "admin"}
+		say("%s: granting admin user %s", o.Engine, next.Username)
+		if err := al.GrantAdmin(ctx, o.Engine, next); err != nil {
+			return fmt.Errorf("granting the %s admin user %s (the current admin still works; run the rotation again): %w",
+				o.Engine, next.Username, redactErr(err, next.Password))
+		}
+		old := string(w.s.Data["username"])
+		err := w.write(ctx, "switching to the new admin", func(n *corev1.Secret) {
+			n.Data["username"], n.Data["password"] = n.Data[keyNextUsername], n.Data[keyNextPassword]
+			delete(n.Data, keyNextUsername)
+			delete(n.Data, keyNextPassword)
+			n.Annotations[AnnotationRetire] = old
+			n.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
+		})
+		if err != nil {
+			return err
+		}
+		say("%s: Secret %s now holds admin user %s", o.Engine, name, next.Username)
+		return nil
+	}
+	st.revoke = func(ctx context.Context) error {
+		old, user, pw := w.s.Annotations[AnnotationRetire], string(w.s.Data["username"]), w.s.Data["password"]
+		if old != "" && old != user {
+			say("%s: waiting for the kubelet to give the database's pod the new admin", o.Engine)
+			refreshMounts(ctx, o.Client, o.Namespace, o.Engine, time.Now())
+			werr := waitMounted(ctx, timeout, ErrNoAdminFile, pw, func(ctx context.Context) (bool, error) {
+				return al.AdminFileHolds(ctx, o.Engine, "password", pw)
+			})
+			if werr != nil {
+				return fmt.Errorf("the %s pod does not see its new admin yet, so the old admin user %s is kept (run the rotation again): %w",
+					o.Engine, old, werr)
+			}
+			say("%s: revoking admin user %s", o.Engine, old)
+			if err := al.RevokeAdmin(ctx, o.Engine, old); err != nil {
+				return fmt.Errorf("revoking the old %s admin user %s (the new one works; run the rotation again): %w", o.Engine, old, err)
+			}
+		}
+		return w.write(ctx, "recording the revocation", func(n *corev1.Secret) { delete(n.Annotations, AnnotationRetire) })
+	}
+	return st, nil
 }

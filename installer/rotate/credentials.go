@@ -168,28 +168,21 @@ func (s serviceLogin) next() string {
 //
 // A run killed at any point is finished by the next one, which finds the
 // step in the Secret. Values never leave this function: errors and the
-// result name Secrets and logins.
+// result name Secrets and logins. CredentialsAll rotates several engines
+// with one round of restarts.
 func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult, error) {
-	switch o.Engine {
-	case PostgreSQL, MongoDB, RabbitMQ, Redis:
-	default:
-		return nil, refused("database engine %q: onprem rotates services' logins on %s, %s, %s and %s", o.Engine, PostgreSQL, MongoDB, RabbitMQ, Redis)
+	res, err := CredentialsAll(ctx, []CredentialsOptions{o})
+	if len(res) == 0 {
+		return nil, err
 	}
-	if o.Logins == nil {
-		return nil, errors.New("rotating credentials: no way to reach the database (Logins)")
-	}
-	now, timeout, say := orNow(o.Now), orFiveMinutes(o.RolloutTimeout), progressOf(o.Progress)
-	newPassword := o.Password
-	if newPassword == nil {
-		newPassword = generatePassword
-	}
+	return &res[0], err
+}
 
-	if o.Admin {
-		return adminPassword(ctx, o, newPassword, now, timeout, say)
-	}
-	if o.Engine == Redis {
-		return redisPassword(ctx, o, newPassword, now, timeout, say)
-	}
+// serviceLoginsRotation is the rotation of services' own logins on an
+// engine (PostgreSQL, MongoDB) or of RabbitMQ's shared login, cut where
+// the services roll (see Credentials).
+func serviceLoginsRotation(ctx context.Context, o CredentialsOptions, newPassword func() ([]byte, error), now time.Time,
+	say func(string, ...any)) (*staged, error) {
 	logins, err := serviceLogins(ctx, o.Client, o.Namespace, o.Engine, o.Services)
 	if err != nil {
 		return nil, err
@@ -205,86 +198,79 @@ func Credentials(ctx context.Context, o CredentialsOptions) (*CredentialsResult,
 		}
 		res.Logins = append(res.Logins, ch)
 	}
-	// The engine's own pods read its Secret too (RabbitMQ's first user):
-	// they are not restarted, which would interrupt every service.
-	skip := []string{"StatefulSet/" + o.Engine}
-	if o.DryRun {
-		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, secretNames(logins), skip)
-		return res, err
-	}
-
 	api := o.Client.CoreV1().Secrets(o.Namespace)
-	for i := range logins {
-		l := &logins[i]
-		if l.secret.Annotations[AnnotationRetire] != "" {
-			continue // switched already; the services restart below
-		}
-		ref := o.Namespace + "/" + l.secret.Name
-		if len(l.secret.Data[keyNextUsername]) == 0 {
-			pw, err := newPassword()
-			if err != nil {
-				return nil, fmt.Errorf("a new password for %s: %w", ref, err)
+	st := &staged{res: res, secrets: secretNames(logins), what: o.Engine + " logins"}
+	st.switchOver = func(ctx context.Context) error {
+		for i := range logins {
+			l := &logins[i]
+			if l.secret.Annotations[AnnotationRetire] != "" {
+				continue // switched already; the services restart next
+			}
+			ref := o.Namespace + "/" + l.secret.Name
+			if len(l.secret.Data[keyNextUsername]) == 0 {
+				pw, err := newPassword()
+				if err != nil {
+					return fmt.Errorf("a new password for %s: %w", ref, err)
+				}
+				s := l.secret.DeepCopy()
+				s.Data[KeyOwner] = []byte(l.owner())
+				s.Data[keyNextUsername] = []byte(l.next())
+				s.Data[keyNextPassword] = pw
+				// Login names are no secret: a support bundle's redaction
+				// leaves them alone, as it does the username.
+				if s.Annotations == nil {
+					s.Annotations = map[string]string{}
+				}
+				s.Annotations[secrets.AnnotationPublicKeys] = addKeys(s.Annotations[secrets.AnnotationPublicKeys], KeyOwner, keyNextUsername)
+				if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+					return fmt.Errorf("writing the next login of %s: %w", ref, err)
+				}
+			}
+			next := Login{Username: string(l.secret.Data[keyNextUsername]), Password: l.secret.Data[keyNextPassword],
+				Database: string(l.secret.Data["database"]), Owner: l.owner()}
+			say("%s: granting login %s on %s", l.service, next.Username, o.Engine)
+			if err := o.Logins.Grant(ctx, o.Engine, next); err != nil {
+				return fmt.Errorf("granting the new login of %s (the service still uses its old one; run the rotation again): %w",
+					l.service, redactErr(err, next.Password))
 			}
 			s := l.secret.DeepCopy()
-			s.Data[KeyOwner] = []byte(l.owner())
-			s.Data[keyNextUsername] = []byte(l.next())
-			s.Data[keyNextPassword] = pw
-			// Login names are no secret: a support bundle's redaction
-			// leaves them alone, as it does the username.
+			old := string(s.Data["username"])
+			s.Data["username"], s.Data["password"] = s.Data[keyNextUsername], s.Data[keyNextPassword]
+			delete(s.Data, keyNextUsername)
+			delete(s.Data, keyNextPassword)
 			if s.Annotations == nil {
 				s.Annotations = map[string]string{}
 			}
-			s.Annotations[secrets.AnnotationPublicKeys] = addKeys(s.Annotations[secrets.AnnotationPublicKeys], KeyOwner, keyNextUsername)
+			s.Annotations[AnnotationRetire] = old
+			s.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
+			var err error
 			if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-				return nil, fmt.Errorf("writing the next login of %s: %w", ref, err)
+				return fmt.Errorf("switching %s to its new login: %w", ref, err)
+			}
+			say("%s: Secret %s now holds login %s", l.service, l.secret.Name, next.Username)
+		}
+		return nil
+	}
+	st.revoke = func(ctx context.Context) error {
+		for i := range logins {
+			l := &logins[i]
+			old := l.secret.Annotations[AnnotationRetire]
+			if old != "" && old != string(l.secret.Data["username"]) {
+				say("%s: revoking login %s", l.service, old)
+				if err := o.Logins.Revoke(ctx, o.Engine, Login{Username: old, Database: string(l.secret.Data["database"]), Owner: l.owner()}); err != nil {
+					return fmt.Errorf("revoking the old login %s of %s (the service uses its new one; run the rotation again): %w", old, l.service, err)
+				}
+			}
+			s := l.secret.DeepCopy()
+			delete(s.Annotations, AnnotationRetire)
+			var err error
+			if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("recording the revocation in %s/%s: %w", o.Namespace, l.secret.Name, err)
 			}
 		}
-		next := Login{Username: string(l.secret.Data[keyNextUsername]), Password: l.secret.Data[keyNextPassword],
-			Database: string(l.secret.Data["database"]), Owner: l.owner()}
-		say("%s: granting login %s on %s", l.service, next.Username, o.Engine)
-		if err := o.Logins.Grant(ctx, o.Engine, next); err != nil {
-			return nil, fmt.Errorf("granting the new login of %s (the service still uses its old one; run the rotation again): %w",
-				l.service, redactErr(err, next.Password))
-		}
-		s := l.secret.DeepCopy()
-		old := string(s.Data["username"])
-		s.Data["username"], s.Data["password"] = s.Data[keyNextUsername], s.Data[keyNextPassword]
-		delete(s.Data, keyNextUsername)
-		delete(s.Data, keyNextPassword)
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[AnnotationRetire] = old
-		s.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
-		if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("switching %s to its new login: %w", ref, err)
-		}
-		say("%s: Secret %s now holds login %s", l.service, l.secret.Name, next.Username)
+		return nil
 	}
-
-	restarted, err := restartFor(ctx, o.Client, o.Namespace, secretNames(logins), skip, timeout,
-		"every pod uses the new login", say)
-	res.Restarted = restarted
-	if err != nil {
-		return nil, fmt.Errorf("restarting the services onto their new logins (the old logins still work; run the rotation again): %w", err)
-	}
-
-	for i := range logins {
-		l := &logins[i]
-		old := l.secret.Annotations[AnnotationRetire]
-		if old != "" && old != string(l.secret.Data["username"]) {
-			say("%s: revoking login %s", l.service, old)
-			if err := o.Logins.Revoke(ctx, o.Engine, Login{Username: old, Database: string(l.secret.Data["database"]), Owner: l.owner()}); err != nil {
-				return nil, fmt.Errorf("revoking the old login %s of %s (the service uses its new one; run the rotation again): %w", old, l.service, err)
-			}
-		}
-		s := l.secret.DeepCopy()
-		delete(s.Annotations, AnnotationRetire)
-		if l.secret, err = api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-			return nil, fmt.Errorf("recording the revocation in %s/%s: %w", o.Namespace, l.secret.Name, err)
-		}
-	}
-	return res, nil
+	return st, nil
 }
 
 // Due lists the services of engine whose own login is older than maxAge

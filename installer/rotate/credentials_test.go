@@ -226,14 +226,14 @@ func TestPsqlQuote(t *testing.T) {
 	}
 }
 
-// The listing names the command that rotates a service's login; the
-// admins' are not rotated yet.
+// The listing names the command that rotates each login, the admins'
+// included.
 func TestRotateCommand(t *testing.T) {
 	for name, want := range map[string]string{
 		"onprem-audit-manager-postgresql": "onprem rotate credentials --component audit-manager --database postgresql",
 		"onprem-pipelines-api-mongodb":    "onprem rotate credentials --component pipelines-api --database mongodb",
-		"onprem-postgresql-admin":         "",
-		"onprem-mongodb-admin":            "",
+		"onprem-postgresql-admin":         "onprem rotate credentials --admin --database postgresql",
+		"onprem-mongodb-admin":            "onprem rotate credentials --admin --database mongodb",
 		"onprem-redis":                    "onprem rotate credentials --database redis",
 		"onprem-rabbitmq":                 "onprem rotate credentials --database rabbitmq",
 	} {

@@ -37,7 +37,7 @@ type RedisPasswords interface {
 	KeepOnly(ctx context.Context, password []byte) error
 }
 
-// redisPassword rotates Redis's password with an overlap, in the order of
+// redisRotation rotates Redis's password with an overlap, in the order of
 // Credentials: the next password is written to the Secret, then added to
 // the default user beside the current one; the Secret switches to it; the
 // services roll (not Redis itself: a restart would interrupt them all);
@@ -45,8 +45,8 @@ type RedisPasswords interface {
 // it becomes the only one, and the old one is refused. Redis's own
 // --requirepass, from its environment, is the new password after its next
 // restart, which reads the Secret.
-func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func() ([]byte, error), now time.Time, timeout time.Duration,
-	say func(string, ...any)) (*CredentialsResult, error) {
+func redisRotation(ctx context.Context, o CredentialsOptions, newPassword func() ([]byte, error), now time.Time, timeout time.Duration,
+	say func(string, ...any)) (*staged, error) {
 	rp, ok := o.Logins.(RedisPasswords)
 	if !ok {
 		return nil, errors.New("rotating Redis's password: no way to reach Redis (RedisPasswords)")
@@ -73,29 +73,27 @@ func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 	case len(s.Data[keyNextPassword]) > 0:
 		ch.Resumed = "granting"
 	}
-	res := &CredentialsResult{Engine: Redis, DryRun: o.DryRun, Logins: []LoginChange{ch}}
-	skip := []string{"StatefulSet/" + Redis}
-	if o.DryRun {
-		res.Restarted, err = consumers(ctx, o.Client, o.Namespace, []string{credentials.Redis}, skip)
-		return res, err
-	}
+	st := &staged{res: &CredentialsResult{Engine: Redis, DryRun: o.DryRun, Logins: []LoginChange{ch}},
+		secrets: []string{credentials.Redis}, what: "redis password"}
 	w := &secretSteps{api: api, ref: ref, s: s}
-	if s.Annotations[AnnotationRetire] == "" {
-		if len(s.Data[keyNextPassword]) == 0 {
+	st.switchOver = func(ctx context.Context) error {
+		if w.s.Annotations[AnnotationRetire] != "" {
+			return nil // switched already; the services restart next
+		}
+		if len(w.s.Data[keyNextPassword]) == 0 {
 			pw, err := newPassword()
 			if err != nil {
-				return nil, fmt.Errorf("a new password for %s: %w", ref, err)
+				return fmt.Errorf("a new password for %s: %w", ref, err)
 			}
 			if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
-				return nil, err
+				return err
 			}
 		}
-		s = w.s
-		next := s.Data[keyNextPassword]
+		current, next := w.s.Data["password"], w.s.Data[keyNextPassword]
 		say("redis: adding the new password to user %s", redisUser)
-		if err := rp.AddPassword(ctx, s.Data["password"], next); err != nil {
-			return nil, fmt.Errorf("adding Redis's new password (the services still use the old one; run the rotation again): %w",
-				redactErr(redactErr(err, next), s.Data["password"]))
+		if err := rp.AddPassword(ctx, current, next); err != nil {
+			return fmt.Errorf("adding Redis's new password (the services still use the old one; run the rotation again): %w",
+				redactErr(redactErr(err, next), current))
 		}
 		err := w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
 			n.Data["password"] = n.Data[keyNextPassword]
@@ -104,32 +102,27 @@ func redisPassword(ctx context.Context, o CredentialsOptions, newPassword func()
 			n.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		say("redis: Secret %s now holds the new password", credentials.Redis)
+		return nil
 	}
-	restarted, err := restartFor(ctx, o.Client, o.Namespace, []string{credentials.Redis}, skip, timeout, "every pod uses the new password", say)
-	res.Restarted = restarted
-	if err != nil {
-		return nil, fmt.Errorf("restarting the services onto Redis's new password (the old one still works; run the rotation again): %w", err)
+	st.revoke = func(ctx context.Context) error {
+		pw := w.s.Data["password"]
+		say("redis: waiting for the kubelet to update the password file in Redis's pod")
+		refreshMounts(ctx, o.Client, o.Namespace, Redis, time.Now())
+		werr := waitMounted(ctx, timeout, ErrNoPasswordFile, pw, func(ctx context.Context) (bool, error) { return rp.FileHolds(ctx, pw) })
+		if werr != nil {
+			return fmt.Errorf("Redis's pod does not see its new password in %s yet, so the old one is kept (run the rotation again): %w",
+				redisAuthFile, werr)
+		}
+		say("redis: revoking the old password")
+		if err := rp.KeepOnly(ctx, pw); err != nil {
+			return fmt.Errorf("revoking Redis's old password (the services use the new one; run the rotation again): %w", redactErr(err, pw))
+		}
+		return w.write(ctx, "recording the revocation", func(n *corev1.Secret) { delete(n.Annotations, AnnotationRetire) })
 	}
-	s = w.s
-	pw := s.Data["password"]
-	say("redis: waiting for the kubelet to update the password file in Redis's pod")
-	refreshMounts(ctx, o.Client, o.Namespace, Redis, time.Now())
-	werr := waitMounted(ctx, timeout, ErrNoPasswordFile, pw, func(ctx context.Context) (bool, error) { return rp.FileHolds(ctx, pw) })
-	if werr != nil {
-		return nil, fmt.Errorf("Redis's pod does not see its new password in %s yet, so the old one is kept (run the rotation again): %w",
-			redisAuthFile, werr)
-	}
-	say("redis: revoking the old password")
-	if err := rp.KeepOnly(ctx, pw); err != nil {
-		return nil, fmt.Errorf("revoking Redis's old password (the services use the new one; run the rotation again): %w", redactErr(err, pw))
-	}
-	if err := w.write(ctx, "recording the revocation", func(n *corev1.Secret) { delete(n.Annotations, AnnotationRetire) }); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return st, nil
 }
 
 // ErrNoPasswordFile: Redis's pod does not mount its password as a file,

@@ -132,6 +132,10 @@ func rotateCommand(kind, name string) string {
 		return "onprem rotate credentials --database " + RabbitMQ
 	case kind == KindCredential && name == credentials.Redis:
 		return "onprem rotate credentials --database " + Redis
+	case kind == KindCredential && name == credentials.PostgreSQLAdmin:
+		return "onprem rotate credentials --admin --database " + PostgreSQL
+	case kind == KindCredential && name == credentials.MongoDBAdmin:
+		return "onprem rotate credentials --admin --database " + MongoDB
 	case kind == KindCredential && name != credentials.PostgreSQLAdmin && name != credentials.MongoDBAdmin:
 		for _, engine := range []string{PostgreSQL, MongoDB} {
 			if svc, ok := serviceOf(name, engine); ok {
