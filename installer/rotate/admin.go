@@ -64,19 +64,9 @@ func adminRotation(ctx context.Context, o CredentialsOptions, newPassword func()
 	name := credentials.PostgreSQLAdmin
 	api := o.Client.CoreV1().Secrets(o.Namespace)
 	ref := o.Namespace + "/" + name
-	s, err := api.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, refused("secret %s does not exist (is the platform installed in namespace %s, with %s run by onprem?)", ref, o.Namespace, o.Engine)
-	}
+	s, err := adminSecret(ctx, o, name)
 	if err != nil {
-		return nil, fmt.Errorf("reading secret %s: %w", ref, err)
-	}
-	if s.Labels[secrets.LabelGenerated] != "true" {
-		return nil, refused("secret %s holds the %s admin but is your own (it lacks the label %s=true), so onprem never changes it",
-			ref, o.Engine, secrets.LabelGenerated)
-	}
-	if len(s.Data["password"]) == 0 || len(s.Data["username"]) == 0 {
-		return nil, fmt.Errorf("secret %s has no username or password: run 'onprem install' to complete it", ref)
+		return nil, err
 	}
 	user := string(s.Data["username"])
 	ch := LoginChange{Service: AdminLogin, Secret: name, From: user + " (current password)", To: user + " (new password)"}
@@ -122,6 +112,28 @@ func adminRotation(ctx context.Context, o CredentialsOptions, newPassword func()
 		return nil
 	}
 	return st, nil
+}
+
+// adminSecret reads the admin Secret name of o.Engine: a refusal when it
+// is missing or the operator's own, an error when it cannot be read or is
+// incomplete.
+func adminSecret(ctx context.Context, o CredentialsOptions, name string) (*corev1.Secret, error) {
+	ref := o.Namespace + "/" + name
+	s, err := o.Client.CoreV1().Secrets(o.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, refused("secret %s does not exist (is the platform installed in namespace %s, with %s run by onprem?)", ref, o.Namespace, o.Engine)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading secret %s: %w", ref, err)
+	}
+	if s.Labels[secrets.LabelGenerated] != "true" {
+		return nil, refused("secret %s holds the %s admin but is your own (it lacks the label %s=true), so onprem never changes it",
+			ref, o.Engine, secrets.LabelGenerated)
+	}
+	if len(s.Data["password"]) == 0 || len(s.Data["username"]) == 0 {
+		return nil, fmt.Errorf("secret %s has no username or password: run 'onprem install' to complete it", ref)
+	}
+	return s, nil
 }
 
 // ErrNoAdminFile: the database's pod does not mount its admin Secret.
@@ -277,19 +289,9 @@ func mongoAdminRotation(ctx context.Context, o CredentialsOptions, newPassword f
 	name := credentials.MongoDBAdmin
 	api := o.Client.CoreV1().Secrets(o.Namespace)
 	ref := o.Namespace + "/" + name
-	s, err := api.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, refused("secret %s does not exist (is the platform installed in namespace %s, with %s run by onprem?)", ref, o.Namespace, o.Engine)
-	}
+	s, err := adminSecret(ctx, o, name)
 	if err != nil {
-		return nil, fmt.Errorf("reading secret %s: %w", ref, err)
-	}
-	if s.Labels[secrets.LabelGenerated] != "true" {
-		return nil, refused("secret %s holds the %s admin but is your own (it lacks the label %s=true), so onprem never changes it",
-			ref, o.Engine, secrets.LabelGenerated)
-	}
-	if len(s.Data["password"]) == 0 || len(s.Data["username"]) == 0 {
-		return nil, fmt.Errorf("secret %s has no username or password: run 'onprem install' to complete it", ref)
+		return nil, err
 	}
 	l := serviceLogin{service: AdminLogin, secret: s}
 	ch := LoginChange{Service: AdminLogin, Secret: name, From: string(s.Data["username"]), To: l.next()}
