@@ -19,8 +19,9 @@ type rotationPlatform struct {
 
 // The logins every service shares (RabbitMQ's, Redis's password) and the
 // PostgreSQL and MongoDB admins, rotated one after the other on one
-// installed platform, each against a real server of its own (see each
-// function for what it proves).
+// installed platform, each against a real server of its own; then a
+// rotation of every service login and both admins SIGKILLed at one step
+// after another (see each function for what it proves).
 func TestRotateSharedLoginsAndAdmin(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -34,4 +35,5 @@ func TestRotateSharedLoginsAndAdmin(t *testing.T) {
 	t.Run("Redis", func(t *testing.T) { rotateRedisPassword(t, p) })
 	t.Run("PostgreSQLAdmin", func(t *testing.T) { rotatePostgreSQLAdmin(t, p) })
 	t.Run("MongoDBAdmin", func(t *testing.T) { rotateMongoDBAdmin(t, p) })
+	t.Run("KilledMidway", func(t *testing.T) { rotateKilled(t, p) })
 }

@@ -117,6 +117,14 @@ func NewExec(t testing.TB, s *Servers) *Exec {
 	return &Exec{servers: s, path: strings.Join(path, ":")}
 }
 
+// Path is the PATH the commands run with (the stand-ins first): what
+// ExecAt takes to run them in another process of the test.
+func (e *Exec) Path() string { return e.path }
+
+// ExecAt is the executor of NewExec with the stand-ins already built, on
+// PATH path: for a child process of a test (a process the test kills).
+func ExecAt(s *Servers, path string) *Exec { return &Exec{servers: s, path: path} }
+
 func moduleRoot(t testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Dir(file)
