@@ -41,17 +41,19 @@
 //     becomes ready: each rolls back by itself, the command fails saying
 //     why, and the records are still there; while the second waits for its
 //     image, `onprem doctor` names the image and the component;
-//  8. `onprem rotate certificates` (a renewal under the same CA), `--ca`
-//     and `--retire-ca`, each while records are read through the ingress
-//     controller: no request fails, the controller serves each new
-//     certificate (the time it took is logged), and afterwards a client
-//     holding only the old CA is refused (rotate_test.go); `onprem
-//     rotate credentials --all` under the same traffic and the service
-//     proxy's, PostgreSQL refusing the old login afterwards; `onprem
-//     rotate keys` while pipelines-api signs and checks tokens through the
-//     ingress controller (no request fails, a token and a sealed value of
-//     the old keys still accepted), then `--retire`: both refused, a new
-//     token accepted (keys_test.go); `onprem
+//  8. every secret onprem generated rotated one after the other under one
+//     set of clients that run the whole time (records written and read
+//     through the ingress controller, tokens signed and checked by
+//     pipelines-api, audit-manager read through the service proxy):
+//     `onprem rotate certificates` (a renewal under the same CA), `--ca`
+//     (the clients then take the new bundle), `rotate credentials --all`
+//     (every login and both admins), `rotate keys`, `--retire-ca`; no
+//     request fails, the controller serves each new certificate (the time
+//     it took is logged); then every record written before and during is
+//     read back, each old password is refused in its database's pod, a
+//     client holding only the old CA is refused, and after `rotate keys
+//     --retire` the token and the value of the old keys are refused, a new
+//     token accepted (rotate_test.go, rotatetraffic_test.go); `onprem
 //     console` started, logged into with the URL it prints, its overview
 //     and pipelines-api's page (with real log lines) checked, and stopped
 //     with an interrupt (console_test.go);

@@ -262,11 +262,10 @@ func TestPlatform(t *testing.T) {
 		e.checkRecords(ctx, records)
 	})
 
-	// Certificates: renewed, a new CA, the old one retired, while records
-	// are read through the ingress controller.
-	e.rotateCertificates(ctx, readPaths)
-	e.rotateCredentials(ctx, readPaths, records)
-	e.rotateKeys(ctx, readPaths)
+	// Every secret onprem generated rotated under one set of clients:
+	// certificates (renewed, a new CA, the old one retired), every
+	// credential, the keys.
+	e.rotateEverything(ctx, readPaths, records)
 
 	e.step("the admin console serves the overview and a service's page of the real platform", func() { e.consoleOverview(mid) })
 

@@ -74,7 +74,7 @@ func (e *env) startTraffic(paths ...string) *traffic {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				tr.record(path, call(client, http.MethodGet, path, nil))
+				tr.record(path, call(client, http.MethodGet, path, "", nil))
 			}()
 		}
 	}()
