@@ -469,6 +469,8 @@ func TestRotateCredentials(t *testing.T) {
 		{&RotateCredentials{Engines: []string{"consul"}}, `"consul"`},
 		{&RotateCredentials{Components: []string{"no-such-service"}}, `"no-such-service" has no database login of its own`},
 		{&RotateCredentials{Components: []string{"billing"}}, "onprem-billing-postgresql holds billing's postgresql login but is your own"},
+		{&RotateCredentials{Admins: []string{rotate.Redis}}, "onprem rotates the admins of postgresql and mongodb"},
+		{&RotateCredentials{Admin: true, Engines: []string{rotate.RabbitMQ}}, "--admin with --database rabbitmq"},
 	} {
 		tc.r.Target, tc.r.Exec = target, ex
 		_, err := tc.r.Run(ctx)
