@@ -73,6 +73,12 @@ func adminRotation(ctx context.Context, o CredentialsOptions, newPassword func()
 	if len(s.Data[keyNextPassword]) > 0 {
 		ch.Resumed = "granting"
 	}
+	// The pod's scripts must read the Secret's next password while the
+	// server changes: without the mounted Secret, refused here, before any
+	// engine of the rotation changes anything.
+	if _, err := ap.AdminFileHolds(ctx, o.Engine, "password", s.Data["password"]); errors.Is(err, ErrNoAdminFile) {
+		return nil, &RefusedError{Reason: o.Engine + ": " + err.Error()}
+	}
 	st := &staged{res: &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun, Logins: []LoginChange{ch}}, what: o.Engine + " admin password"}
 	st.switchOver = func(ctx context.Context) error {
 		w := &secretSteps{api: api, ref: ref, s: s}
@@ -301,17 +307,19 @@ func mongoAdminRotation(ctx context.Context, o CredentialsOptions, newPassword f
 	case len(s.Data[keyNextUsername]) > 0:
 		ch.Resumed = "granting"
 	}
+	// The old user can only be dropped once the pod's scripts read the
+	// admin from the mounted Secret: without the mount, refused here,
+	// before any engine of the rotation changes anything.
+	if s.Annotations[AnnotationRetire] == "" {
+		if _, err := al.AdminFileHolds(ctx, o.Engine, "username", s.Data["username"]); errors.Is(err, ErrNoAdminFile) {
+			return nil, &RefusedError{Reason: o.Engine + ": " + err.Error()}
+		}
+	}
 	st := &staged{res: &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun, Logins: []LoginChange{ch}}, what: o.Engine + " admin"}
 	w := &secretSteps{api: api, ref: ref, s: s}
 	st.switchOver = func(ctx context.Context) error {
 		if w.s.Annotations[AnnotationRetire] != "" {
 			return nil // switched already; the old user is dropped last
-		}
-		// The old user can only be dropped once the pod's scripts read
-		// the admin from the mounted Secret: refused before any change
-		// when the chart does not mount it.
-		if _, err := al.AdminFileHolds(ctx, o.Engine, "username", w.s.Data["username"]); errors.Is(err, ErrNoAdminFile) {
-			return err
 		}
 		if len(w.s.Data[keyNextUsername]) == 0 {
 			pw, err := newPassword()

@@ -2,6 +2,7 @@ package rotate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -192,5 +193,36 @@ func TestMongoDBAdminOrderAndResume(t *testing.T) {
 	res, err = Credentials(ctx, o)
 	if err != nil || res.Logins[0].From != "root_2" || res.Logins[0].To != "root" || len(r.calls) != 3 {
 		t.Fatalf("the second rotation: %+v %v\n%s", res, err, strings.Join(r.calls, "\n"))
+	}
+}
+
+// unmountedAdmins is a MongoDB pod whose chart does not mount the admin
+// Secret (an onprem from before admin rotation).
+type unmountedAdmins struct{ recordingAdmins }
+
+func (u *unmountedAdmins) AdminFileHolds(context.Context, string, string, []byte) (bool, error) {
+	return false, ErrNoAdminFile
+}
+
+// Without the mounted admin Secret, a rotation that includes MongoDB's
+// admin is refused before any engine changes anything: here a service
+// login of PostgreSQL, planned first, is left as it was.
+func TestMongoDBAdminUnmountedRefusedFirst(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientset(serviceSecret("audit-manager", "audit_manager"),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: credentials.MongoDBAdmin, Namespace: "onprem",
+			Labels: map[string]string{secrets.LabelGenerated: "true"}}, Data: map[string][]byte{"username": []byte("root"), "password": []byte("P0")}})
+	u := &unmountedAdmins{recordingAdmins{recordingRedis{c: c, recordingLogins: recordingLogins{c: c}}}}
+	_, err := CredentialsAll(ctx, []CredentialsOptions{
+		{Client: c, Namespace: "onprem", Logins: u, Engine: PostgreSQL},
+		{Client: c, Namespace: "onprem", Logins: u, Engine: MongoDB, Admin: true},
+	})
+	var re *RefusedError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "/etc/mongodb-admin") || !strings.Contains(err.Error(), "onprem install") {
+		t.Fatalf("MongoDB's admin without the mounted Secret: %v, want a refusal saying to install first", err)
+	}
+	s, _ := c.CoreV1().Secrets("onprem").Get(ctx, "onprem-audit-manager-postgresql", metav1.GetOptions{})
+	if len(u.calls) != 0 || string(s.Data["username"]) != "audit_manager" || s.Data[keyNextUsername] != nil {
+		t.Errorf("a refused rotation changed something: calls %v, login %s", u.calls, s.Data["username"])
 	}
 }
