@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"onprem.dev/onprem/installer/fault"
 	"onprem.dev/onprem/installer/snapshot"
 )
 
@@ -52,6 +53,9 @@ type Finding struct {
 	Evidence []string `json:"evidence,omitempty"`
 	// Remediation says what to do.
 	Remediation string `json:"remediation"`
+	// Definitive: the cause will not resolve by itself; waiting longer
+	// does not help (an install or upgrade stops on it at once).
+	Definitive bool `json:"definitive,omitempty"`
 }
 
 // Analyzer is one analysis.
@@ -68,6 +72,8 @@ type Input struct {
 	Now time.Time
 	// owners maps namespace/pod to its component (see component).
 	owners map[string]string
+	// found holds the faults of the collected namespaces (see faults).
+	found *[]fault.Fault
 }
 
 // Report is the outcome of every analyzer.
@@ -101,7 +107,7 @@ func (r *Report) Count(s Severity) int {
 // All returns every analyzer, in a stable order.
 func All() []Analyzer {
 	return []Analyzer{
-		imagePull, crashLoop, oomKilled, podPending, pvcPending, volumeFull, jobFailed, databaseDown,
+		imagePull, crashLoop, oomKilled, configError, admissionRefused, podPending, pvcPending, volumeFull, jobFailed, databaseDown,
 		ingress, certificateExpiry, staleLock, lastOperation, nodePressure, releaseFailed,
 		componentUnavailable, attachments, preflightChecks,
 	}

@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"onprem.dev/onprem/installer/fault"
 	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/snapshot"
@@ -143,4 +145,40 @@ func leaseOf(holder string, renewed metav1.MicroTime) coordinationv1.Lease {
 	d := int32(30)
 	return coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: state.LeaseName},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &d, RenewTime: &renewed}}
+}
+
+// The workload analyzers report what installer/fault finds, the
+// classification every apply's wait reads too: the same title, fix and
+// verdict (definitive: waiting will not fix it). Pods refused by
+// admission and containers whose configuration is missing have analyzers
+// of their own.
+func TestWorkloadAnalyzersReportTheFaults(t *testing.T) {
+	s := base()
+	o := s.Namespaces["onprem"]
+	pull := crashingPod("gitops-api-1", "gitops-api")
+	pull.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+		Reason: "ErrImagePull", Message: "rpc error: code = NotFound desc = failed to pull and unpack image: not found"}}}
+	cfg := crashingPod("cfapi-1", "cfapi")
+	cfg.Status.ContainerStatuses[0] = corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+		Reason: "CreateContainerConfigError", Message: "couldn't find key password in Secret onprem/cfapi-mongodb"}}}
+	o.Pods = []corev1.Pod{pull, cfg}
+	o.ReplicaSets = []appsv1.ReplicaSet{{ObjectMeta: metav1.ObjectMeta{Name: "broadcaster-7c9", Labels: map[string]string{"onprem.dev/component": "broadcaster"}},
+		Status: appsv1.ReplicaSetStatus{Conditions: []appsv1.ReplicaSetCondition{{Type: appsv1.ReplicaSetReplicaFailure, Status: corev1.ConditionTrue,
+			Reason: "FailedCreate", Message: `pods "broadcaster-7c9-x" is forbidden: exceeded quota: q, requested: pods=1, used: pods=4, limited: pods=4`}}}}}
+	rep := Analyze(s)
+	objs := &fault.Objects{Namespace: "onprem", Pods: o.Pods, ReplicaSets: o.ReplicaSets}
+	want := map[string]fault.Fault{}
+	for _, f := range fault.Analyze(objs, fault.Input{Now: now}) {
+		want[f.Analyzer] = f
+	}
+	for _, id := range []string{"image-pull", "config-error", "admission-refused"} {
+		fs := only(t, rep, id)
+		if len(fs) != 1 {
+			t.Fatalf("%s: %+v", id, fs)
+		}
+		w := want[id]
+		if fs[0].Title != w.Title || fs[0].Remediation != w.Remediation || !fs[0].Definitive || fs[0].Severity != Error || fs[0].Component != w.Component {
+			t.Errorf("%s: doctor %+v, fault %+v", id, fs[0], w)
+		}
+	}
 }

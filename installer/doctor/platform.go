@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
@@ -15,91 +14,6 @@ import (
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/preflight"
 )
-
-// jobKind says what a platform Job is for, and how to run it again.
-func jobKind(j batchv1.Job) (what, fix string) {
-	for _, r := range j.OwnerReferences {
-		if r.Kind == "CronJob" {
-			return "scheduled backup", "read its log above; 'onprem status' shows the backups; 'onprem backup create' writes one now, with the same configuration (spec.backup)"
-		}
-	}
-	switch n := j.Name; {
-	case strings.Contains(n, "db-provision"):
-		return "database provisioning", "read its log above (a database that does not answer, or an admin password that does not match the database's): fix the database, then run 'onprem install' again, which runs it again"
-	case strings.Contains(n, "migrat"):
-		return "data migration", "the upgrade that ran it rolled back; read its log above, fix the cause, and run 'onprem upgrade apply' again: completed migrations are not run twice"
-	case strings.Contains(n, "backup"):
-		return "backup", "the upgrade that ran it stopped before changing anything; read its log above (a full volume shows in volume-full) and run 'onprem upgrade apply' again"
-	}
-	return "job", "read its log above and run the command that created it again"
-}
-
-var jobFailed = Analyzer{
-	ID:          "job-failed",
-	Description: "a Job failed (database provisioning, migration, backup, scheduled backup): its reason and last log lines",
-	Run: func(in *Input) []Finding {
-		var out []Finding
-		for _, ns := range in.S.Meta.Namespaces {
-			o := in.S.Objects(ns)
-			// A scheduled Job that failed and was followed by one that
-			// succeeded is history, not a problem.
-			lastOK := map[string]time.Time{}
-			for _, j := range o.Jobs {
-				if j.Status.Succeeded > 0 {
-					for _, r := range j.OwnerReferences {
-						if t := j.CreationTimestamp.Time; t.After(lastOK[r.Name]) {
-							lastOK[r.Name] = t
-						}
-					}
-				}
-			}
-			for _, j := range o.Jobs {
-				var failed *batchv1.JobCondition
-				for i, c := range j.Status.Conditions {
-					if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
-						failed = &j.Status.Conditions[i]
-					}
-				}
-				if failed == nil {
-					continue
-				}
-				superseded := false
-				for _, r := range j.OwnerReferences {
-					if lastOK[r.Name].After(j.CreationTimestamp.Time) {
-						superseded = true
-					}
-				}
-				if superseded {
-					continue
-				}
-				what, fix := jobKind(j)
-				ev := []string{fmt.Sprintf("Job %s: %s: %s", j.Name, failed.Reason, failed.Message)}
-				for _, p := range o.Pods {
-					if p.Labels["job-name"] != j.Name && p.Labels["batch.kubernetes.io/job-name"] != j.Name {
-						continue
-					}
-					for _, cs := range statuses(&p) {
-						if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-							ev = append(ev, fmt.Sprintf("pod %s container %s exited %d: %s %s", p.Name, cs.Name, t.ExitCode, t.Reason, strings.TrimSpace(t.Message)))
-						}
-						if l := in.S.LogOf(ns, p.Name, cs.Name, false); l != nil && l.Error == "" {
-							for _, line := range tail(l.Text, 5) {
-								ev = append(ev, "log: "+line)
-							}
-						}
-					}
-				}
-				if len(ev) > 12 {
-					ev = ev[:12]
-				}
-				comp := componentOf(j.Labels, "")
-				out = append(out, Finding{Severity: Error, Component: comp, Object: object("Job", ns, j.Name),
-					Title: fmt.Sprintf("%s Job %s failed", what, j.Name), Evidence: ev, Remediation: fix})
-			}
-		}
-		return out
-	},
-}
 
 // databases are the in-cluster database components.
 var databases = []string{"mongodb", "postgresql", "redis", "rabbitmq"}

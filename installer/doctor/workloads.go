@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -8,8 +9,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/fault"
 	"onprem.dev/onprem/installer/snapshot"
 )
 
@@ -54,15 +56,7 @@ func owners(s *snapshot.Snapshot) map[string]string {
 	return out
 }
 
-func componentOf(l map[string]string, fallback string) string {
-	if c := l[render.ComponentLabel]; c != "" {
-		return c
-	}
-	if c := l["app.kubernetes.io/instance"]; c != "" {
-		return c
-	}
-	return fallback
-}
+func componentOf(l map[string]string, fallback string) string { return fault.ComponentOf(l, fallback) }
 
 // component returns the component of a pod.
 func (in *Input) component(ns, pod string) string { return in.owners[ns+"/"+pod] }
@@ -95,173 +89,65 @@ func statuses(p *corev1.Pod) []corev1.ContainerStatus {
 	return append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
 }
 
-func container(p *corev1.Pod, name string) *corev1.Container {
-	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range list {
-			if list[i].Name == name {
-				return &list[i]
-			}
-		}
+// faults returns what installer/fault finds in the collected namespaces:
+// the one classification of pods, their controllers and events that
+// every apply's wait reads too. Computed once per analysis.
+func (in *Input) faults() []fault.Fault {
+	if in.found != nil {
+		return *in.found
 	}
-	return nil
-}
-
-// registryOf returns the registry host of an image reference (docker.io
-// when the reference names none).
-func registryOf(image string) string {
-	first, _, found := strings.Cut(image, "/")
-	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
-		return "docker.io"
+	var out []fault.Fault
+	for _, ns := range in.S.Meta.Namespaces {
+		o := in.S.Objects(ns)
+		objs := &fault.Objects{Namespace: ns, Pods: o.Pods, ReplicaSets: o.ReplicaSets, StatefulSets: o.StatefulSets,
+			DaemonSets: o.DaemonSets, Jobs: o.Jobs, Events: o.Events}
+		out = append(out, fault.Analyze(objs, fault.Input{
+			Now: in.Now,
+			Component: func(kind string, obj metav1.Object) string {
+				if kind == "Pod" {
+					return in.component(ns, obj.GetName())
+				}
+				return componentOf(obj.GetLabels(), "")
+			},
+			Log: func(pod, container string, previous bool) (string, error) {
+				l := in.S.LogOf(ns, pod, container, previous)
+				switch {
+				case l == nil:
+					return "", fault.ErrNotCollected
+				case l.Error != "":
+					return "", errors.New(l.Error)
+				}
+				return l.Text, nil
+			},
+		})...)
 	}
-	return first
-}
-
-var imagePull = Analyzer{
-	ID:          "image-pull",
-	Description: "a container's image cannot be pulled: names the image, its registry and the component",
-	Run: func(in *Input) []Finding {
-		type key struct{ component, image string }
-		seen := map[key]*Finding{}
-		var out []*Finding
-		in.eachPod(func(ns string, p *corev1.Pod) {
-			for _, cs := range statuses(p) {
-				w := cs.State.Waiting
-				if w == nil || !slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}, w.Reason) {
-					continue
-				}
-				image := cs.Image
-				if ct := container(p, cs.Name); ct != nil {
-					image = ct.Image
-				}
-				comp := in.component(ns, p.Name)
-				k := key{comp, image}
-				if f := seen[k]; f != nil {
-					f.Evidence = append(f.Evidence, fmt.Sprintf("pod %s container %s: %s", p.Name, cs.Name, w.Reason))
-					continue
-				}
-				reg := registryOf(image)
-				f := &Finding{Severity: Error, Component: comp, Object: object("Pod", ns, p.Name),
-					Title: fmt.Sprintf("image %s of component %s cannot be pulled from %s", image, orUnknown(comp), reg),
-					Evidence: append([]string{fmt.Sprintf("pod %s container %s: %s: %s", p.Name, cs.Name, w.Reason, strings.TrimSpace(w.Message))},
-						in.events(ns, "Pod", p.Name)...),
-					Remediation: fmt.Sprintf("make the image reachable: push it to %s (air-gapped: 'onprem bundle push' pushes every image of the release), or fix the registry in spec.registry/spec.images; if %s needs credentials, give the pull secret in spec.registry and check that the nodes trust its certificate", reg, reg)}
-				seen[k] = f
-				out = append(out, f)
-			}
-		})
-		return deref(out)
-	},
-}
-
-func deref(fs []*Finding) []Finding {
-	out := make([]Finding, len(fs))
-	for i, f := range fs {
-		out[i] = *f
-	}
+	in.found = &out
 	return out
 }
 
-func orUnknown(s string) string {
-	if s == "" {
-		return "(unknown)"
-	}
-	return s
+// faultAnalyzer reports the faults installer/fault gives to analyzer id.
+func faultAnalyzer(id, description string) Analyzer {
+	return Analyzer{ID: id, Description: description, Run: func(in *Input) []Finding {
+		var out []Finding
+		for _, f := range in.faults() {
+			if f.Analyzer == id {
+				out = append(out, Finding{Severity: Error, Title: f.Title, Object: f.Object, Component: f.Component,
+					Evidence: f.Evidence, Remediation: f.Remediation, Definitive: f.Definitive})
+			}
+		}
+		return out
+	}}
 }
 
-var crashLoop = Analyzer{
-	ID:          "crash-loop",
-	Description: "a container keeps crashing (CrashLoopBackOff): its exit and the last lines it logged",
-	Run: func(in *Input) []Finding {
-		var out []Finding
-		in.eachPod(func(ns string, p *corev1.Pod) {
-			for _, cs := range statuses(p) {
-				if w := cs.State.Waiting; w == nil || w.Reason != "CrashLoopBackOff" {
-					continue
-				}
-				if t := cs.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
-					continue // oom-killed says why
-				}
-				comp := in.component(ns, p.Name)
-				ev := []string{fmt.Sprintf("pod %s container %s restarted %d times", p.Name, cs.Name, cs.RestartCount)}
-				if t := cs.LastTerminationState.Terminated; t != nil {
-					ev = append(ev, fmt.Sprintf("last exit: code %d, %s %s", t.ExitCode, t.Reason, strings.TrimSpace(t.Message)))
-				}
-				if l := in.S.LogOf(ns, p.Name, cs.Name, true); l != nil && l.Error == "" {
-					for _, line := range tail(l.Text, 10) {
-						ev = append(ev, "log: "+line)
-					}
-				} else if l != nil {
-					ev = append(ev, "its previous log could not be read: "+l.Error)
-				} else {
-					ev = append(ev, "its previous log was not collected")
-				}
-				out = append(out, Finding{Severity: Error, Component: comp, Object: object("Pod", ns, p.Name),
-					Title:       fmt.Sprintf("container %s of component %s keeps crashing", cs.Name, orUnknown(comp)),
-					Evidence:    ev,
-					Remediation: "read the last log lines above: a database it cannot reach shows in database-down, a bad setting in its Helm values (spec.components." + orUnknown(comp) + ".values); after fixing the cause run 'onprem install' again, or send a support bundle"})
-			}
-		})
-		return out
-	},
-}
-
-var oomKilled = Analyzer{
-	ID:          "oom-killed",
-	Description: "a container was killed for using more memory than its limit: names the limit",
-	Run: func(in *Input) []Finding {
-		var out []Finding
-		in.eachPod(func(ns string, p *corev1.Pod) {
-			for _, cs := range statuses(p) {
-				var t *corev1.ContainerStateTerminated
-				if x := cs.State.Terminated; x != nil && x.Reason == "OOMKilled" {
-					t = x
-				} else if x := cs.LastTerminationState.Terminated; x != nil && x.Reason == "OOMKilled" {
-					t = x
-				}
-				if t == nil {
-					continue
-				}
-				limit := "no memory limit"
-				if ct := container(p, cs.Name); ct != nil {
-					if q, ok := ct.Resources.Limits[corev1.ResourceMemory]; ok {
-						limit = "memory limit " + q.String()
-					}
-				}
-				comp := in.component(ns, p.Name)
-				out = append(out, Finding{Severity: Error, Component: comp, Object: object("Pod", ns, p.Name),
-					Title:    fmt.Sprintf("container %s of component %s was killed for running out of memory (%s)", cs.Name, orUnknown(comp), limit),
-					Evidence: []string{fmt.Sprintf("pod %s container %s: OOMKilled at %s, restarted %d times, %s", p.Name, cs.Name, t.FinishedAt.UTC().Format("2006-01-02 15:04:05Z"), cs.RestartCount, limit)},
-					Remediation: fmt.Sprintf("give it more memory: a larger sizing profile (spec.profile: medium or large), or spec.components.%s.values with a higher resources.limits.memory; then run 'onprem install' again. Check the node's allocatable memory (node-pressure, cluster/nodes.json)",
-						orUnknown(comp))})
-			}
-		})
-		return out
-	},
-}
-
-var podPending = Analyzer{
-	ID:          "pod-pending",
-	Description: "a pod cannot be scheduled: the scheduler's reason",
-	Run: func(in *Input) []Finding {
-		var out []Finding
-		in.eachPod(func(ns string, p *corev1.Pod) {
-			if p.Status.Phase != corev1.PodPending || p.DeletionTimestamp != nil {
-				return
-			}
-			for _, c := range p.Status.Conditions {
-				if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse {
-					continue
-				}
-				comp := in.component(ns, p.Name)
-				out = append(out, Finding{Severity: Error, Component: comp, Object: object("Pod", ns, p.Name),
-					Title:       fmt.Sprintf("pod %s of component %s cannot be scheduled: %s", p.Name, orUnknown(comp), c.Reason),
-					Evidence:    append([]string{fmt.Sprintf("PodScheduled=False for %s: %s", since(in.Now, c.LastTransitionTime.Time), c.Message)}, in.events(ns, "Pod", p.Name)...),
-					Remediation: "read the scheduler's message: insufficient cpu or memory needs more or larger nodes or a smaller sizing profile (spec.profile); a node selector, affinity or taint that no node satisfies needs spec.placement fixed; an unbound volume is in pvc-pending"})
-			}
-		})
-		return out
-	},
-}
+var (
+	imagePull        = faultAnalyzer(fault.ImagePull, "a container's image cannot be pulled: names the image, its registry, the component, and whether the registry answered (not found, access refused) or cannot be reached")
+	crashLoop        = faultAnalyzer(fault.CrashLoop, "a container keeps crashing (CrashLoopBackOff): its exit and the last lines it logged")
+	oomKilled        = faultAnalyzer(fault.OOMKilled, "a container was killed for using more memory than its limit: names the limit")
+	podPending       = faultAnalyzer(fault.PodPending, "a pod cannot be scheduled: the scheduler's reason")
+	configError      = faultAnalyzer(fault.ConfigError, "a container cannot start because its configuration names a Secret, ConfigMap or key that is not there")
+	admissionRefused = faultAnalyzer(fault.AdmissionRefused, "the API server refuses a workload's pods (pod security, a resource quota, a limit range, an admission webhook)")
+	jobFailed        = faultAnalyzer(fault.JobFailed, "a Job failed (database provisioning, migration, backup, scheduled backup): its reason and last log lines")
+)
 
 var pvcPending = Analyzer{
 	ID:          "pvc-pending",
@@ -402,4 +288,11 @@ func unavailable(in *Input, ns, kind, name, comp string, ready, want int32, msg 
 		Title:       fmt.Sprintf("component %s is not available: %d of %d replicas ready", comp, ready, want),
 		Evidence:    ev,
 		Remediation: "the findings about its pods above say why (image-pull, crash-loop, oom-killed, pod-pending); a container that runs but is never ready usually cannot reach a dependency (database-down). 'onprem status' shows it too"}, true
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unknown)"
+	}
+	return s
 }

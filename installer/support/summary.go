@@ -79,6 +79,9 @@ func WriteFinding(b interface{ WriteString(string) (int, error) }, f doctor.Find
 	if f.Object != "" {
 		b.WriteString("    object: " + f.Object + "\n")
 	}
+	if f.Definitive {
+		b.WriteString("    it will not resolve by itself: waiting longer does not help\n")
+	}
 	for _, e := range f.Evidence {
 		if e != "" {
 			b.WriteString("    - " + e + "\n")
