@@ -18,6 +18,7 @@ import (
 	"fmt"
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	"io/fs"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,12 +124,28 @@ func (r *Report) Component(name string) (ComponentResult, bool) {
 	return ComponentResult{}, false
 }
 
-// FailedError says which components failed; the Report has the details.
-type FailedError struct{ Components []string }
+// FailedError says which components failed, and why; the Report has the
+// details.
+type FailedError struct {
+	Components []string
+	// Errors are the components' errors, in the order of Components.
+	Errors []error
+}
 
 func (e *FailedError) Error() string {
-	return fmt.Sprintf("%d component(s) failed: %v", len(e.Components), e.Components)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d component(s) failed: %v", len(e.Components), e.Components)
+	for i, err := range e.Errors {
+		if err != nil && i < len(e.Components) {
+			fmt.Fprintf(&b, "; %s: %v", e.Components[i], err)
+		}
+	}
+	return b.String()
 }
+
+// Unwrap returns the components' errors (errors.As finds a *StuckError
+// among them).
+func (e *FailedError) Unwrap() []error { return e.Errors }
 
 // Apply applies every component of the result and returns what happened
 // to each. It stops starting components after the first failure (the ones
@@ -180,6 +197,10 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
+	var ob *observer
+	if o.Client != nil && !o.DryRun {
+		ob = newObserver(o.Client)
+	}
 	var (
 		mu      sync.Mutex
 		failed  bool
@@ -223,7 +244,7 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 				o.Reporter.Report(Event{Component: j.component.Name, Phase: PhaseSkipped, Err: errors.New(j.result.Error)})
 				return
 			}
-			j.result = applyOne(ctx, o, j)
+			j.result, j.err = applyOne(ctx, o, ob, j)
 			if j.result.Action == Failed {
 				mu.Lock()
 				failed = true
@@ -234,15 +255,16 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 	wg.Wait()
 
 	report := &Report{Elapsed: time.Since(start)}
-	var failedNames []string
+	fe := &FailedError{}
 	for _, j := range jobs {
 		report.Components = append(report.Components, j.result)
 		if j.result.Action == Failed {
-			failedNames = append(failedNames, j.component.Name)
+			fe.Components = append(fe.Components, j.component.Name)
+			fe.Errors = append(fe.Errors, j.err)
 		}
 	}
-	if len(failedNames) > 0 {
-		return report, &FailedError{Components: failedNames}
+	if len(fe.Components) > 0 {
+		return report, fe
 	}
 	if err := ctx.Err(); err != nil {
 		return report, err
@@ -258,6 +280,7 @@ type job struct {
 	deps      []*job
 	done      chan struct{}
 	result    ComponentResult
+	err       error // why it failed
 }
 
 func newJob(c *render.Component, namespace string) (*job, error) {
@@ -301,8 +324,10 @@ func isNamespace(o *unstructured.Unstructured) bool {
 	return o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1"
 }
 
-// applyOne installs or upgrades one component and waits for it.
-func applyOne(ctx context.Context, o Options, j *job) ComponentResult {
+// applyOne installs or upgrades one component and waits for it, watching
+// its pods meanwhile (see watcher) when ob is set: a fault that waiting
+// cannot fix ends the wait with a *StuckError.
+func applyOne(ctx context.Context, o Options, ob *observer, j *job) (ComponentResult, error) {
 	c := j.component
 	start := time.Now()
 	r := ComponentResult{Name: c.Name, Chart: chartRef(c), Digest: j.digest}
@@ -316,16 +341,52 @@ func applyOne(ctx context.Context, o Options, j *job) ComponentResult {
 	if last != nil && last.Deployed && last.Digest == j.digest && !o.DryRun {
 		r.Action, r.Revision, r.Elapsed = Unchanged, last.Revision, time.Since(start)
 		o.Reporter.Report(Event{Component: c.Name, Phase: PhaseUnchanged, Revision: last.Revision, Elapsed: r.Elapsed})
-		return r
+		return r, nil
 	}
 	o.Reporter.Report(Event{Component: c.Name, Phase: PhaseApplying})
 	// A release retired with its history (see HelmReleases.Retire) is
 	// installed again, not upgraded: Helm upgrades deployed releases only.
 	exists := last != nil && last.Status != rcommon.StatusUninstalled.String()
 	req := Request{Component: c, Manifest: j.manifest, Digest: j.digest, Timeout: o.Timeout, DryRun: o.DryRun, Exists: exists, Pending: last != nil && last.Pending}
+	var (
+		w        *watcher
+		lastWait progress
+		stop     context.CancelCauseFunc
+		watched  = make(chan struct{})
+	)
+	if ob != nil {
+		w = newWatcher(ctx, ob, c, o.Result.Namespace)
+	}
+	if w == nil {
+		close(watched)
+	} else {
+		var wctx context.Context
+		wctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		req.Wait = wctx
+		waitStart := time.Now()
+		go func() {
+			defer close(watched)
+			w.run(wctx, stop, func(p progress) {
+				lastWait = p
+				since := p.since
+				if since.IsZero() || since.Before(waitStart) {
+					since = waitStart
+				}
+				o.Reporter.Report(Event{Component: c.Name, Phase: PhaseWaiting, Waiting: p.line(), Since: since, Elapsed: time.Since(start)})
+			})
+		}()
+	}
 	rev, err := o.Releases.Apply(ctx, req)
+	if stop != nil {
+		// The watcher ends before the component's last event is
+		// reported; a fault it stopped the wait on stays the cause.
+		stop(errWaitOver)
+	}
+	<-watched
 	r.Elapsed = time.Since(start)
 	if err != nil {
+		err = explain(ctx, w, req.Wait, err, lastWait)
 		r.NotReady = diagnose(context.WithoutCancel(ctx), o.Client, o.Result.Namespace, c)
 		return fail(o, r, start, err)
 	}
@@ -339,13 +400,39 @@ func applyOne(ctx context.Context, o Options, j *job) ComponentResult {
 		r.Action = Upgraded
 	}
 	o.Reporter.Report(Event{Component: c.Name, Phase: PhaseReady, Revision: rev, Elapsed: r.Elapsed, Action: r.Action})
-	return r
+	return r, nil
 }
 
-func fail(o Options, r ComponentResult, start time.Time, err error) ComponentResult {
+// explain turns Helm's error for a wait that ended into the cause: the
+// fault the watcher stopped the wait on, or one it finds now (Helm ends
+// its wait by itself for a failed Job), or Helm's error with what the
+// component was still waiting for.
+func explain(ctx context.Context, w *watcher, wait context.Context, err error, last progress) error {
+	if w == nil {
+		return err
+	}
+	var stuck *StuckError
+	if cause := context.Cause(wait); errors.As(cause, &stuck) {
+		return stuck
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if p, lerr := w.look(lctx); lerr == nil && p.stuck != nil {
+		return &StuckError{Component: w.component, Fault: *p.stuck}
+	}
+	if last.desired > 0 {
+		return fmt.Errorf("%w (it was still waiting: %s)", err, last.line())
+	}
+	return err
+}
+
+// errWaitOver ends a watcher whose wait is over.
+var errWaitOver = errors.New("the wait is over")
+
+func fail(o Options, r ComponentResult, start time.Time, err error) (ComponentResult, error) {
 	r.Action, r.Error, r.Elapsed = Failed, err.Error(), time.Since(start)
 	o.Reporter.Report(Event{Component: r.Name, Phase: PhaseFailed, Elapsed: r.Elapsed, Err: err, NotReady: r.NotReady})
-	return r
+	return r, err
 }
 
 func chartRef(c *render.Component) string {

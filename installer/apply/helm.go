@@ -49,6 +49,10 @@ type Request struct {
 	DryRun    bool
 	Exists    bool
 	Pending   bool
+	// Wait, when set, ends the wait for the objects early: the apply's
+	// watcher cancels it on a fault that waiting cannot fix (its cause
+	// is a *StuckError). The release is then failed, as at a timeout.
+	Wait context.Context
 }
 
 // Releaser handles the Helm releases of components.
@@ -240,6 +244,7 @@ func (h *HelmReleases) Apply(ctx context.Context, req Request) (int, error) {
 		in.DisableOpenAPIValidation = true
 		in.WaitStrategy = kube.StatusWatcherStrategy
 		in.WaitForJobs = true
+		in.WaitOptions = waitOptions(req.Wait)
 		in.Timeout = req.Timeout
 		in.Labels = labels
 		in.PostRenderer = pr
@@ -258,6 +263,7 @@ func (h *HelmReleases) Apply(ctx context.Context, req Request) (int, error) {
 		up.DisableOpenAPIValidation = true // the server validates, as on install
 		up.WaitStrategy = kube.StatusWatcherStrategy
 		up.WaitForJobs = true
+		up.WaitOptions = waitOptions(req.Wait)
 		up.Timeout = req.Timeout
 		up.Labels = labels
 		up.PostRenderer = pr
@@ -320,6 +326,16 @@ func settlePending(cfg *action.Configuration, name string) error {
 	return nil
 }
 
+// waitOptions make Helm's wait end when ctx does (nil: at its timeout
+// only). Only the wait is bound to it, not the release's write: Helm then
+// records the release as failed, as at a timeout, and returns.
+func waitOptions(ctx context.Context) []kube.WaitOption {
+	if ctx == nil {
+		return nil
+	}
+	return []kube.WaitOption{kube.WithWaitContext(ctx)}
+}
+
 // fixedManifest is a Helm post-renderer that replaces what Helm rendered
 // with the objects onprem rendered (charts + kustomize overlays).
 type fixedManifest string
@@ -347,6 +363,8 @@ func (h *HelmReleases) Rollback(ctx context.Context, name string, revision int, 
 	rb.ForceConflicts = true
 	rb.WaitStrategy = kube.StatusWatcherStrategy
 	rb.WaitForJobs = true
+	// Its wait ends with ctx too (an interrupt, a lost lock).
+	rb.WaitOptions = waitOptions(ctx)
 	rb.Timeout = timeout
 	rb.MaxHistory = 10
 	rb.Description = fmt.Sprintf("rolled back to revision %d by onprem %s", revision, version.Version)

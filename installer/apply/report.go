@@ -14,8 +14,11 @@ type Phase string
 
 // Phases.
 const (
-	PhaseQueued    Phase = "queued"
-	PhaseApplying  Phase = "applying"
+	PhaseQueued   Phase = "queued"
+	PhaseApplying Phase = "applying"
+	// PhaseWaiting: the component's objects are applied and not ready
+	// yet; Waiting says how far it is and what it waits for.
+	PhaseWaiting   Phase = "waiting"
 	PhaseReady     Phase = "ready"
 	PhaseUnchanged Phase = "unchanged"
 	PhaseFailed    Phase = "failed"
@@ -37,6 +40,10 @@ type Event struct {
 	Elapsed   time.Duration
 	Err       error
 	NotReady  []string
+	// Waiting (PhaseWaiting) is how far the component is and what it
+	// waits for ("0/1 ready, pulling image"), since Since.
+	Waiting string
+	Since   time.Time
 }
 
 // Reporter receives progress. Implementations must be safe for concurrent
@@ -84,6 +91,8 @@ func describe(e Event) string {
 	switch e.Phase {
 	case PhaseApplying:
 		return "applying"
+	case PhaseWaiting:
+		return fmt.Sprintf("%s (%d s)", e.Waiting, int(time.Since(e.Since).Seconds()))
 	case PhaseReady:
 		what := "ready"
 		if e.Action == Validated {
@@ -186,8 +195,11 @@ func (l *LiveReporter) draw() {
 	for _, n := range l.order {
 		e := l.state[n]
 		status := describe(e)
-		if e.Phase == PhaseApplying {
+		switch e.Phase {
+		case PhaseApplying:
 			status = fmt.Sprintf("applying %s", time.Since(l.since[n]).Round(time.Second))
+		case PhaseWaiting:
+			status = fmt.Sprintf("applying %s: %s", time.Since(l.since[n]).Round(time.Second), describe(e))
 		}
 		fmt.Fprintf(&b, "\x1b[2K  %-20s %s\n", n, status)
 	}
