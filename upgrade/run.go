@@ -426,6 +426,22 @@ func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step,
 	return fe
 }
 
+// RollbackFloor is the least a rollback waits for a component.
+const RollbackFloor = 30 * time.Second
+
+// RollbackTimeout bounds the wait for a component's rollback: about what
+// its own last install or upgrade took to be ready (took, half again as
+// margin), at least RollbackFloor, at most timeout; timeout when took was
+// not recorded. The rollback returns to objects that were ready before, so
+// it is as fast as the way forward was; a component that fails fast is
+// not then waited on for the whole timeout on its way back.
+func RollbackTimeout(took, timeout time.Duration) time.Duration {
+	if took <= 0 {
+		return timeout
+	}
+	return min(timeout, max(RollbackFloor, took+took/2))
+}
+
 // RollBack returns every component whose release is no longer at its
 // revision in before (upgraded, failed, or retired since) to that
 // revision, dependencies first (the state's DependsOn edges), and updates
@@ -436,7 +452,9 @@ func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step,
 // what it connects to: a database restarted by its own rollback cannot
 // leave already restored services unready behind it. Components that did
 // not exist before (revision 0) are left as they are: a rollback never
-// uninstalls. A failed rollback is reported and the others go on. It
+// uninstalls. Each rollback waits at most RollbackTimeout of what the
+// component's last apply took (the state's record) and timeout. A failed
+// rollback is reported and the others go on. It
 // returns the components rolled back and those left, level by level and
 // in name order within a level.
 func RollBack(ctx context.Context, rel Releases, st *state.State, before map[string]int, timeout time.Duration, progress io.Writer) (rolled, kept []string, err error) {
@@ -478,8 +496,9 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 				if last != nil && last.Deployed && last.Revision == rev {
 					return
 				}
-				fmt.Fprintf(progress, "  rolling %s back to revision %d\n", name, rev)
-				r.newRev, r.err = rel.Rollback(ctx, name, rev, timeout)
+				wait := RollbackTimeout(st.Components[name].Took, timeout)
+				fmt.Fprintf(progress, "  rolling %s back to revision %d (waiting up to %s)\n", name, rev, wait)
+				r.newRev, r.err = rel.Rollback(ctx, name, rev, wait)
 				if r.err != nil {
 					return
 				}
@@ -576,7 +595,10 @@ func Record(st *state.State, res *render.Result, rep *apply.Report) {
 		}
 		prev := st.Components[r.Name]
 		sc := state.Component{Chart: c.Chart, ChartVersion: c.ChartVersion, Release: r.Name, Revision: r.Revision,
-			Digest: r.Digest, Status: string(r.Action), UpdatedAt: now, DependsOn: c.DependsOn}
+			Digest: r.Digest, Status: string(r.Action), UpdatedAt: now, DependsOn: c.DependsOn, Took: prev.Took}
+		if r.Action == apply.Installed || r.Action == apply.Upgraded {
+			sc.Took = r.Elapsed
+		}
 		if r.Action == apply.Failed {
 			sc.Revision, sc.Digest = prev.Revision, prev.Digest
 			sc.Status = "failed: " + r.Error

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -23,6 +24,8 @@ type fakeReleases struct {
 	failRoll string
 	// during, when set, runs inside each Rollback call, unlocked.
 	during func(name string)
+	// waits are the timeouts each Rollback was given.
+	waits map[string]time.Duration
 }
 
 func (f *fakeReleases) Last(_ context.Context, name string) (*apply.ReleaseInfo, error) {
@@ -31,12 +34,16 @@ func (f *fakeReleases) Last(_ context.Context, name string) (*apply.ReleaseInfo,
 	return f.last[name], nil
 }
 
-func (f *fakeReleases) Rollback(_ context.Context, name string, revision int, _ time.Duration) (int, error) {
+func (f *fakeReleases) Rollback(_ context.Context, name string, revision int, wait time.Duration) (int, error) {
 	if f.during != nil {
 		f.during(name)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.waits == nil {
+		f.waits = map[string]time.Duration{}
+	}
+	f.waits[name] = wait
 	if name == f.failRoll {
 		return 0, errors.New("rollback of " + name + " refused")
 	}
@@ -200,5 +207,47 @@ func TestDependencyLevelsPutsACycleLastOneByOne(t *testing.T) {
 	got := dependencyLevels([]string{"b", "a", "c"}, st)
 	if want := [][]string{{"c"}, {"a"}, {"b"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("levels %v, want %v", got, want)
+	}
+}
+
+// A rollback waits for a component about as long as the state says its
+// last apply took (half again, at least RollbackFloor), never longer than
+// the timeout, and the whole timeout when nothing was recorded. Record
+// keeps the time of the last apply that made the component ready.
+func TestRollbackWaitsAboutAsLongAsTheApplyTook(t *testing.T) {
+	for _, c := range []struct{ took, timeout, want time.Duration }{
+		{0, 10 * time.Minute, 10 * time.Minute},
+		{2 * time.Second, 10 * time.Minute, RollbackFloor},
+		{time.Minute, 10 * time.Minute, 90 * time.Second},
+		{time.Minute, 40 * time.Second, 40 * time.Second},
+		{time.Second, 10 * time.Second, 10 * time.Second},
+	} {
+		if got := RollbackTimeout(c.took, c.timeout); got != c.want {
+			t.Errorf("RollbackTimeout(%s, %s) = %s, want %s", c.took, c.timeout, got, c.want)
+		}
+	}
+
+	f := &fakeReleases{last: map[string]*apply.ReleaseInfo{"fast": {Revision: 2, Deployed: true}, "slow": {Revision: 2, Deployed: true}, "unknown": {Revision: 2, Deployed: true}}}
+	st := &state.State{Components: map[string]state.Component{"fast": {Took: 3 * time.Second}, "slow": {Took: 2 * time.Minute}}}
+	if _, _, err := RollBack(context.Background(), f, st, map[string]int{"fast": 1, "slow": 1, "unknown": 1}, 5*time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]time.Duration{"fast": RollbackFloor, "slow": 3 * time.Minute, "unknown": 5 * time.Minute}; !reflect.DeepEqual(f.waits, want) {
+		t.Errorf("rollback waits %v, want %v", f.waits, want)
+	}
+	if st.Components["fast"].Took != 3*time.Second {
+		t.Errorf("a rollback changed the recorded apply time: %+v", st.Components["fast"])
+	}
+
+	res := &render.Result{Components: []*render.Component{{Name: "up"}, {Name: "down"}, {Name: "same"}}}
+	st = &state.State{Components: map[string]state.Component{"up": {Took: time.Minute}, "down": {Took: 20 * time.Second}, "same": {Took: 5 * time.Second}}}
+	Record(st, res, &apply.Report{Components: []apply.ComponentResult{
+		{Name: "up", Action: apply.Upgraded, Elapsed: 7 * time.Second},
+		{Name: "down", Action: apply.Failed, Elapsed: 3 * time.Second, Error: "stuck"},
+		{Name: "same", Action: apply.Unchanged, Elapsed: time.Millisecond}}})
+	for name, want := range map[string]time.Duration{"up": 7 * time.Second, "down": 20 * time.Second, "same": 5 * time.Second} {
+		if got := st.Components[name].Took; got != want {
+			t.Errorf("recorded apply time of %s = %s, want %s", name, got, want)
+		}
 	}
 }

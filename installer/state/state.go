@@ -152,6 +152,10 @@ type Component struct {
 	Digest       string    `json:"digest"`   // digest of the rendered component
 	Status       string    `json:"status"`
 	UpdatedAt    time.Time `json:"updatedAt,omitzero"`
+	// Took is how long its last install or upgrade took to be ready (0:
+	// not recorded); a rollback waits for it about as long (see
+	// upgrade.RollbackTimeout).
+	Took time.Duration `json:"took,omitempty"`
 	// DependsOn names the components this one was installed after (the
 	// DAG edges), so that uninstall and status can order components from
 	// the record alone, even when the configuration changed since.
