@@ -280,6 +280,9 @@ func runStep(ctx context.Context, o RunOptions, sp *StepPlan) (StepResult, error
 	rep, aerr := apply.Apply(ctx, apply.Options{
 		Getter: o.Getter, Client: o.Client, Result: sp.Result, Concurrency: o.Concurrency,
 		Timeout: o.Timeout, Reporter: o.Reporter, Charts: sp.Charts, Releases: releaser(o),
+		// A failed component fails the step: the others need not
+		// finish their waits before it rolls back.
+		StopOnFailure: true,
 	})
 	if rep != nil {
 		sr.Components = rep.Components

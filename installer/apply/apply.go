@@ -68,6 +68,19 @@ type Options struct {
 	// Releases overrides how Helm releases are handled (tests); default:
 	// the Helm SDK against Getter.
 	Releases Releaser
+	// StopOnFailure ends the waits of the components still in flight as
+	// soon as one fails (they fail with an *OtherFailedError): an upgrade
+	// rolls every changed component back anyway, and starts at once.
+	// Without it (install) they finish, so that a re-run has less to do.
+	StopOnFailure bool
+}
+
+// OtherFailedError is the error of a component whose wait was ended
+// because another one failed (Options.StopOnFailure).
+type OtherFailedError struct{ Component string }
+
+func (e *OtherFailedError) Error() string {
+	return "stopped waiting: component " + e.Component + " failed"
 }
 
 // Action is what happened to a component.
@@ -201,6 +214,12 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 	if o.Client != nil && !o.DryRun {
 		ob = newObserver(o.Client)
 	}
+	var others context.Context
+	var stopOthers context.CancelCauseFunc
+	if o.StopOnFailure {
+		others, stopOthers = context.WithCancelCause(context.Background())
+		defer stopOthers(nil)
+	}
 	var (
 		mu      sync.Mutex
 		failed  bool
@@ -244,11 +263,15 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 				o.Reporter.Report(Event{Component: j.component.Name, Phase: PhaseSkipped, Err: errors.New(j.result.Error)})
 				return
 			}
-			j.result, j.err = applyOne(ctx, o, ob, j)
+			j.result, j.err = applyOne(ctx, o, ob, others, j)
 			if j.result.Action == Failed {
 				mu.Lock()
 				failed = true
 				mu.Unlock()
+				var other *OtherFailedError
+				if stopOthers != nil && !errors.As(j.err, &other) {
+					stopOthers(&OtherFailedError{Component: j.component.Name})
+				}
 			}
 		}(j)
 	}
@@ -326,8 +349,9 @@ func isNamespace(o *unstructured.Unstructured) bool {
 
 // applyOne installs or upgrades one component and waits for it, watching
 // its pods meanwhile (see watcher) when ob is set: a fault that waiting
-// cannot fix ends the wait with a *StuckError.
-func applyOne(ctx context.Context, o Options, ob *observer, j *job) (ComponentResult, error) {
+// cannot fix ends the wait with a *StuckError. The wait also ends when
+// others (nil: never) is done: another component failed.
+func applyOne(ctx context.Context, o Options, ob *observer, others context.Context, j *job) (ComponentResult, error) {
 	c := j.component
 	start := time.Now()
 	r := ComponentResult{Name: c.Name, Chart: chartRef(c), Digest: j.digest}
@@ -348,10 +372,17 @@ func applyOne(ctx context.Context, o Options, ob *observer, j *job) (ComponentRe
 	// installed again, not upgraded: Helm upgrades deployed releases only.
 	exists := last != nil && last.Status != rcommon.StatusUninstalled.String()
 	req := Request{Component: c, Manifest: j.manifest, Digest: j.digest, Timeout: o.Timeout, DryRun: o.DryRun, Exists: exists, Pending: last != nil && last.Pending}
+	// The wait ends early when the watcher finds a fault that waiting
+	// cannot fix, or (StopOnFailure) when another component failed.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	req.Wait = wctx
+	if others != nil {
+		defer context.AfterFunc(others, func() { stop(context.Cause(others)) })()
+	}
 	var (
 		w        *watcher
 		lastWait progress
-		stop     context.CancelCauseFunc
 		watched  = make(chan struct{})
 	)
 	if ob != nil {
@@ -360,10 +391,6 @@ func applyOne(ctx context.Context, o Options, ob *observer, j *job) (ComponentRe
 	if w == nil {
 		close(watched)
 	} else {
-		var wctx context.Context
-		wctx, stop = context.WithCancelCause(ctx)
-		defer stop(nil)
-		req.Wait = wctx
 		waitStart := time.Now()
 		go func() {
 			defer close(watched)
@@ -378,15 +405,13 @@ func applyOne(ctx context.Context, o Options, ob *observer, j *job) (ComponentRe
 		}()
 	}
 	rev, err := o.Releases.Apply(ctx, req)
-	if stop != nil {
-		// The watcher ends before the component's last event is
-		// reported; a fault it stopped the wait on stays the cause.
-		stop(errWaitOver)
-	}
+	// The watcher ends before the component's last event is reported; a
+	// fault it stopped the wait on stays the cause.
+	stop(errWaitOver)
 	<-watched
 	r.Elapsed = time.Since(start)
 	if err != nil {
-		err = explain(ctx, w, req.Wait, err, lastWait)
+		err = explain(ctx, w, wctx, err, lastWait)
 		r.NotReady = diagnose(context.WithoutCancel(ctx), o.Client, o.Result.Namespace, c)
 		return fail(o, r, start, err)
 	}
@@ -408,12 +433,16 @@ func applyOne(ctx context.Context, o Options, ob *observer, j *job) (ComponentRe
 // its wait by itself for a failed Job), or Helm's error with what the
 // component was still waiting for.
 func explain(ctx context.Context, w *watcher, wait context.Context, err error, last progress) error {
+	var stuck *StuckError
+	var other *OtherFailedError
+	switch cause := context.Cause(wait); {
+	case errors.As(cause, &stuck):
+		return stuck
+	case errors.As(cause, &other):
+		return other
+	}
 	if w == nil {
 		return err
-	}
-	var stuck *StuckError
-	if cause := context.Cause(wait); errors.As(cause, &stuck) {
-		return stuck
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

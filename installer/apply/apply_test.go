@@ -186,3 +186,42 @@ func TestManifestLeavesTheNamespaceOut(t *testing.T) {
 		t.Error("digest ignores the chart version")
 	}
 }
+
+// waitReleaser fails "bad" at once and waits for the others until their
+// wait context ends (or a minute).
+type waitReleaser struct{ fakeReleaser }
+
+func (f *waitReleaser) Apply(ctx context.Context, req Request) (int, error) {
+	if req.Component.Name == "bad" {
+		return 0, errors.New("bad: not ready")
+	}
+	if req.Component.Name == "platform" {
+		return f.fakeReleaser.Apply(ctx, req)
+	}
+	select {
+	case <-req.Wait.Done():
+		return 0, errors.New("context canceled")
+	case <-time.After(time.Minute):
+		return 1, nil
+	}
+}
+
+// With StopOnFailure (an upgrade), the components still waiting when one
+// fails stop waiting at once and say why.
+func TestStopOnFailureEndsTheOtherWaits(t *testing.T) {
+	res := &render.Result{Namespace: "onprem", Components: []*render.Component{comp("platform"), comp("bad", "platform"), comp("slow", "platform")}}
+	f := &waitReleaser{fakeReleaser{releases: map[string]*ReleaseInfo{}}}
+	start := time.Now()
+	rep, err := Apply(context.Background(), Options{Result: res, Releases: f, StopOnFailure: true, Timeout: time.Hour})
+	var fe *FailedError
+	var other *OtherFailedError
+	if !errors.As(err, &fe) || !errors.As(err, &other) || other.Component != "bad" || time.Since(start) > 30*time.Second {
+		t.Fatalf("err = %v after %s", err, time.Since(start))
+	}
+	if slow, _ := rep.Component("slow"); slow.Action != Failed || !strings.Contains(slow.Error, "component bad failed") {
+		t.Errorf("slow = %+v", slow)
+	}
+	if !strings.Contains(err.Error(), "bad: bad: not ready") {
+		t.Errorf("the error does not carry the cause: %v", err)
+	}
+}
