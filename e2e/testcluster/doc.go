@@ -43,6 +43,12 @@
 //	onprem.dev/fail: "true"         (AnnotationFail) the pod turns Running, then Failed;
 //	onprem.dev/exit-code: "3"       (AnnotationExitCode) its containers' exit code, default 1
 //	onprem.dev/never-ready: "true"  (AnnotationNeverReady) the pod runs but never turns Ready
+//	onprem.dev/waiting: REASON      (AnnotationWaiting) every container waits for REASON
+//	                                (ErrImagePull, CrashLoopBackOff, ...) and is never ready;
+//	onprem.dev/waiting-message: M   the waiting message (what the registry answered, say);
+//	onprem.dev/last-reason: Error   its last run terminated so (Error, OOMKilled), after
+//	onprem.dev/restarts: "5"        restarts (default 5), with exit code onprem.dev/exit-code
+//	                                (default 137)
 //
 // Readiness probes are not run: every other pod is Ready as soon as it is
 // scheduled, and a pod owned by a Job then Succeeds.

@@ -28,10 +28,12 @@ const (
 	// shows a pod whose image cannot be pulled or that keeps crashing.
 	// AnnotationWaitingMessage is the waiting message; AnnotationLastReason,
 	// when set, is the reason its previous run terminated (Error,
-	// OOMKilled), with 5 restarts.
+	// OOMKilled), with AnnotationRestarts restarts (default 5) and exit
+	// code AnnotationExitCode (default 137).
 	AnnotationWaiting        = "onprem.dev/waiting"
 	AnnotationWaitingMessage = "onprem.dev/waiting-message"
 	AnnotationLastReason     = "onprem.dev/last-reason"
+	AnnotationRestarts       = "onprem.dev/restarts"
 )
 
 // StorageClassName is the cluster's default StorageClass (provisioner
@@ -179,6 +181,8 @@ func podWaitingStage() map[string]any {
 {{ $reason := index $annotations "` + AnnotationWaiting + `" }}
 {{ $message := or ( index $annotations "` + AnnotationWaitingMessage + `" ) "" }}
 {{ $last := or ( index $annotations "` + AnnotationLastReason + `" ) "" }}
+{{ $restarts := or ( index $annotations "` + AnnotationRestarts + `" ) 5 }}
+{{ $exitCode := or ( index $annotations "` + AnnotationExitCode + `" ) 137 }}
 conditions:
 - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Initialized}
 - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: PodScheduled}
@@ -191,10 +195,10 @@ containerStatuses:
   ready: false
   started: false
 {{ if $last }}
-  restartCount: 5
+  restartCount: {{ $restarts }}
   lastState:
     terminated:
-      exitCode: 137
+      exitCode: {{ $exitCode }}
       reason: {{ $last | Quote }}
       startedAt: {{ $now | Quote }}
       finishedAt: {{ $now | Quote }}

@@ -2,6 +2,7 @@ package action
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -513,13 +514,18 @@ func TestAdoptAPlatformInstalledWithHelm(t *testing.T) {
 	}
 }
 
-// phases records the last phase reported for each component.
+// phases records the last phase reported for each component (and calls
+// on with each event, when set).
 type phases struct {
 	mu sync.Mutex
 	m  map[string]apply.Phase
+	on func(apply.Event)
 }
 
 func (p *phases) Report(e apply.Event) {
+	if p.on != nil {
+		p.on(e)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m == nil {
@@ -532,4 +538,96 @@ func (p *phases) last(name string) apply.Phase {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.m[name]
+}
+
+// overlayAnnotations writes a kustomize Component that sets annotations
+// on the pod template of the object of kind/name.
+func overlayAnnotations(t *testing.T, kind, name string, annotations map[string]string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "fault")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	value, err := json.Marshal(annotations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+patches:
+  - target: {kind: ` + kind + `, name: ` + name + `}
+    patch: |
+      - op: add
+        path: /spec/template/metadata/annotations
+        value: ` + string(value) + `
+`
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "  overlays: [" + dir + "]\n"
+}
+
+// An image the registry says does not exist: the upgrade stops waiting
+// for it at once (not at its 5-minute timeout), rolls the step back, and
+// its error names the cause as doctor's image-pull analyzer does.
+func TestImageNotFoundRollsTheStepBackAtOnce(t *testing.T) {
+	t.Parallel() // its own cluster
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	installAt(t, c, "2.6.3")
+	const missing = "rpc error: code = NotFound desc = failed to pull and unpack image: not found"
+	src, cl := clusterConfig(t, c, upgradePlatform("2.7.0", overlayAnnotations(t, "Deployment", "pipelines-api",
+		map[string]string{testcluster.AnnotationWaiting: "ErrImagePull", testcluster.AnnotationWaitingMessage: missing})))
+	var (
+		mu                  sync.Mutex
+		applying, rollingAt time.Time
+	)
+	rep := &phases{on: func(e apply.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Component == "pipelines-api" && e.Phase == apply.PhaseApplying {
+			applying = time.Now()
+		}
+	}}
+	progress := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(line, "rolling back the step's components") && rollingAt.IsZero() {
+			rollingAt = time.Now()
+		}
+	}
+	start := time.Now()
+	_, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 5 * time.Minute, Reporter: rep, Progress: progress}).Run(ctx)
+	took := time.Since(start)
+	var fe *upgrade.FailedError
+	var stuck *apply.StuckError
+	if !errors.As(err, &fe) || !errors.As(err, &stuck) || fe.RollbackErr != nil {
+		t.Fatalf("err = %v", err)
+	}
+	if stuck.Component != "pipelines-api" || stuck.Fault.Analyzer != "image-pull" ||
+		!strings.Contains(err.Error(), "component pipelines-api cannot be pulled from") || !strings.Contains(err.Error(), "the registry says it does not exist") {
+		t.Errorf("the error does not name the cause: %v", err)
+	}
+	mu.Lock()
+	waited := rollingAt.Sub(applying)
+	mu.Unlock()
+	if applying.IsZero() || rollingAt.IsZero() || waited > 20*time.Second {
+		t.Errorf("from applying pipelines-api to the rollback: %s (applying at %v, rollback at %v)", waited, applying, rollingAt)
+	}
+	t.Logf("upgrade failed and rolled back in %s; %s from applying pipelines-api to the rollback", took.Round(100*time.Millisecond), waited.Round(100*time.Millisecond))
+	if !slices.Contains(fe.RolledBack, "pipelines-api") {
+		t.Errorf("rolled back %v", fe.RolledBack)
+	}
+	if img := image(t, c.Client, "Deployment", "pipelines-api"); !strings.HasSuffix(img, ":2.6.3") {
+		t.Errorf("pipelines-api image = %s", img)
+	}
+	st := loadState(t, c.Client)
+	if op := lastOp(st); st.Version != "2.6.3" || op.Steps[0].Outcome != state.OutcomeRolledBack {
+		t.Errorf("state = %s %+v", st.Version, op.Steps)
+	}
+	for name, rel := range revisions(t, c) {
+		if !strings.HasPrefix(rel, "deployed/") {
+			t.Errorf("release %s: %s", name, rel)
+		}
+	}
 }
