@@ -45,6 +45,15 @@ If a component does not become ready within --timeout, the install stops
 there, says which objects are not ready and why, records the failure and
 leaves everything applied in place: fix the cause and run it again.
 
+A failure that waiting cannot fix ends the wait at once, named as
+'onprem doctor' names it, with the fix: an image the registry says does not
+exist or refuses, an invalid image reference, a missing Secret or ConfigMap
+key, pods refused by admission (pod security, quota), a Job past its backoff
+limit, a container that crashed 3 times with the same exit code. Anything
+else (an unreachable registry, a slow pull, a pod waiting for capacity, a
+probe not passing yet) is waited for until --timeout, and the progress line
+says what it waits for ("gitops-api  0/1 ready, pulling image (35 s)").
+
 Progress goes to stderr (a live table on a terminal); the result to stdout.
 Exit codes: 0 done, 1 failed, 2 bad configuration or flags, 3 cluster
 unreachable or access refused.`,
@@ -77,7 +86,7 @@ unreachable or access refused.`,
 	cmd.Flags().StringArrayVar(&a.SkipChecks, "skip-check", nil, "skip this preflight check (repeatable; recorded in the state; see 'onprem preflight --list')")
 	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "render and validate every object on the API server; change nothing")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready (a failure that waiting cannot fix ends the wait at once)")
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd

@@ -140,9 +140,16 @@ func TestHelpTeaches(t *testing.T) {
 
 func TestUpgradeHelpExplainsRollback(t *testing.T) {
 	_, stdout, _ := cli(t, t.TempDir(), "upgrade", "apply", "--help")
-	for _, want := range []string{"--to", "rolled back", "Nothing is uninstalled", "onprem rollback", "Exit codes"} {
-		if !strings.Contains(stdout, want) {
+	for _, want := range []string{"--to", "rolled back", "Nothing is uninstalled", "onprem rollback", "Exit codes",
+		"waiting cannot fix", "the rollback starts", "pulling image"} {
+		if !strings.Contains(strings.Join(strings.Fields(stdout), " "), want) {
 			t.Errorf("upgrade apply --help lacks %q", want)
+		}
+	}
+	_, stdout, _ = cli(t, t.TempDir(), "install", "--help")
+	for _, want := range []string{"waiting cannot fix ends the wait at once", "'onprem doctor'", "0/1 ready, pulling image"} {
+		if !strings.Contains(strings.Join(strings.Fields(stdout), " "), want) {
+			t.Errorf("install --help lacks %q", want)
 		}
 	}
 }

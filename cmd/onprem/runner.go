@@ -154,7 +154,7 @@ is refused (exit 2), naming where it runs.`,
 	addRunnerClusterFlags(cmd, &a.RunnerCluster, "spec.runners[]'s, else the platform's")
 	cmd.Flags().StringVar(&a.Namespace, "runner-namespace", "", "the runner's namespace; its build engine's is NAMESPACE-engine (default: spec.runners[]'s, else onprem-runner-NAME)")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", 0, "builds the runner runs at once, 1 to 256 (default: spec.runners[]'s, else 4)")
-	addChangeFlags(cmd, &a.Timeout, "how long the runner may take to become ready", &a.LockWait, &a.LockLease, &format)
+	addChangeFlags(cmd, &a.Timeout, "how long the runner may take to become ready (a failure that waiting cannot fix, such as an image the registry does not have, ends the wait at once)", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 

@@ -200,7 +200,7 @@ state, a backup, a log or an output).`,
 	cmd.Flags().StringVar(&a.Repository.Branch, "config-repo-branch", "", "its branch (default: the repository's default branch)")
 	cmd.Flags().StringVar(&a.Repository.Path, "config-repo-path", "", "the folder inside it (default: its root)")
 	addFetchFlags(cmd, &a.Fetch)
-	addChangeFlags(cmd, &a.Timeout, "how long the runtime may take to become ready", &a.LockWait, &a.LockLease, &format)
+	addChangeFlags(cmd, &a.Timeout, "how long the runtime may take to become ready (a failure that waiting cannot fix, such as an image the registry does not have, ends the wait at once)", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 

@@ -202,6 +202,18 @@ component the step changed is rolled back to its Helm revision from before
 the step, the failure and the rollback are recorded, and the command exits
 1 saying what failed and why. Nothing is uninstalled to recover.
 
+A component fails at once, without waiting for --timeout, when its pods show
+a failure that waiting cannot fix (an image the registry says does not exist
+or refuses, an invalid image reference, a missing Secret key, pods refused by
+admission, a Job past its backoff limit, a crash loop with one exit code),
+named as 'onprem doctor' names it; the components waiting beside it stop
+and the rollback starts. Transient failures (an unreachable registry, a slow
+pull, a pod waiting for capacity) are waited for until --timeout, and the
+progress line says what each component waits for ("0/1 ready, pulling image
+(35 s)"). Each rollback waits about
+as long as the component's own last apply took (half again, at least 30s,
+at most --timeout).
+
 If onprem is killed mid-way, run the same command again: it resumes the
 interrupted step (completed migrations do not run again). Or run
 'onprem rollback' to return to the version before that step.
@@ -236,7 +248,7 @@ unreachable.`,
 	addUpgradeTargetFlags(cmd, &a.UpgradeTarget)
 	cmd.Flags().StringArrayVar(&a.SkipChecks, "skip-check", nil, "skip this preflight check (repeatable; recorded in the state)")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready (and each rollback)")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready (a failure that waiting cannot fix ends the wait at once); a rollback waits about as long as the component's last apply took, at most this")
 	cmd.Flags().StringVar(&a.BackupSize, "backup-size", upgrade.DefaultBackupSize, "size of the backup claim onprem-backups when it is first created")
 	cmd.Flags().BoolVar(&a.SkipBackup, "skip-backup", false, "do not write the backup of the whole platform that spec.backup asks for before each step")
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
@@ -321,7 +333,7 @@ badly after it was installed.`,
 	}
 	addClusterFlags(cmd, &a.Cluster)
 	addTargetFlags(cmd, &a.Target)
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready again")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready again (each waits about as long as its own last apply took, half again, at least 30s, at most this)")
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
