@@ -117,13 +117,14 @@ func TestBackOffIsJudgedOnTheNewestFailedPull(t *testing.T) {
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: p.Name}, Message: msg, LastTimestamp: metav1.NewTime(at)}
 	}
 	o := &Objects{Namespace: "onprem", Pods: []corev1.Pod{p}, Events: []corev1.Event{
+		ev("c", "Error: ImagePullBackOff", now),
 		ev("b", "Failed to pull image: rpc error: code = NotFound desc = not found", now.Add(-time.Second)),
 		ev("a", "Failed to pull image: dial tcp 10.0.0.9:443: i/o timeout", now.Add(-time.Minute)),
 	}}
 	if f := one(t, o, Input{Now: now}); !f.Definitive || !strings.Contains(f.Title, "does not exist") {
 		t.Errorf("newest pull said not found: %+v", f)
 	}
-	old := func(e *corev1.Event) bool { return !strings.Contains(e.Message, "NotFound") }
+	old := func(e *corev1.Event) bool { return !strings.Contains(e.Message, "NotFound") && !strings.Contains(e.Message, "timeout") }
 	if f := one(t, o, Input{Now: now, Fresh: old}); f.Definitive {
 		t.Errorf("a stale not-found event ended the wait: %+v", f)
 	}

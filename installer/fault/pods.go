@@ -177,9 +177,16 @@ func (a *analysis) pull(p *corev1.Pod, comp string, cs corev1.ContainerStatus, i
 	// What the registry said: the waiting message (an ImagePullBackOff's
 	// carries the error it backs off from) or the newest failed pull.
 	said := strings.TrimSpace(w.Message)
-	if w.Reason == "ImagePullBackOff" && !strings.Contains(said, "ErrImagePull") {
-		if ms := a.o.messages("Pod", p.Name, "Failed", a.in.Fresh); len(ms) > 0 {
-			said = ms[len(ms)-1]
+	if w.Reason == "ImagePullBackOff" && judgePull(said) == pullFailing {
+		// The kubelet's Failed events: "Failed to pull image ...: <why>",
+		// then "Error: ErrImagePull", "Error: ImagePullBackOff". The
+		// newest that says why counts.
+		ms := a.o.messages("Pod", p.Name, "Failed", a.in.Fresh)
+		for i := len(ms) - 1; i >= 0; i-- {
+			if judgePull(ms[i]) != pullFailing {
+				said = ms[i]
+				break
+			}
 		}
 	}
 	f := Fault{Analyzer: ImagePull, Component: comp, Object: a.object(p), Since: p.CreationTimestamp.Time,
