@@ -229,32 +229,55 @@ func TestPlatform(t *testing.T) {
 		e.checkRecords(ctx, records)
 	})
 
-	// An image that never becomes ready (it is not in the registry).
+	// An image that never becomes ready (it is not in the registry): the
+	// registry says so at the first pull, so the upgrade stops waiting at
+	// once and rolls back (it waited its whole --timeout, 174 s to the end
+	// of the rollback, before onprem judged the pods as doctor does).
 	neverReady := e.overlay("never-ready", `  - target: {kind: Deployment, name: gitops-api}
     patch: |
       - op: replace
         path: /spec/template/spec/containers/0/image
         value: `+e.registry+`/onprem/never-ready:0.0.0
 `)
-	e.step("an image that never becomes ready rolls back by itself; doctor names it meanwhile", func() {
+	missingImage := e.registry + "/onprem/never-ready:0.0.0"
+	e.step("an image the registry does not have: the upgrade fails at once and rolls back; doctor names the same cause", func() {
 		c := e.writeConfig("onprem-never-ready.yaml", last, neverReady)
-		type result struct {
-			out string
-			err error
+		stdout, stderr, err := e.run("upgrade", "apply", "-c", c, "--to", last, "--bundle", bundles[last],
+			"--kubeconfig", e.kubeconfig, "--timeout", "3m")
+		out := stderr + stdout
+		if err == nil {
+			t.Fatalf("the upgrade to an image that does not exist succeeded:\n%s", tailLines(out, 40))
 		}
-		upgraded, ended := make(chan result, 1), make(chan struct{})
-		go func() {
-			defer close(ended)
-			stdout, stderr, err := e.run("upgrade", "apply", "-c", c, "--to", last, "--bundle", bundles[last],
-				"--kubeconfig", e.kubeconfig, "--timeout", "90s")
-			upgraded <- result{stderr + stdout, err}
-		}()
-		e.doctorFinds(ended, "image-pull", "gitops-api", e.registry+"/onprem/never-ready:0.0.0")
-		r := <-upgraded
-		if r.err == nil {
-			t.Fatalf("the upgrade to an image that does not exist succeeded:\n%s", tailLines(r.out, 40))
+		mustContain(t, out, "gitops-api", "rolled back", "the platform is at "+mid, missingImage, "the registry says it does not exist", "image-pull")
+		// From gitops-api's apply to the end of the rollback, on the
+		// command's own progress clock (the backups and the migration
+		// before it are not the wait's).
+		began, ok := progressAt(stderr, "gitops-api", "applying", false)
+		ended, ok2 := progressAt(stderr, "", "rolled back to revision", true)
+		if !ok || !ok2 {
+			t.Fatalf("no progress line of gitops-api applying or of a rollback:\n%s", tailLines(stderr, 60))
 		}
-		mustContain(t, r.out, "gitops-api", "rolled back", "the platform is at "+mid)
+		took := ended - began
+		t.Logf("gitops-api applied at %.1fs, the rollback ended at %.1fs: %.1f s (was 174 s)", began, ended, took)
+		if took >= 45 {
+			t.Fatalf("from gitops-api's apply to the end of the rollback: %.1f s, want under 45 s\n%s", took, tailLines(stderr, 60))
+		}
+		// Doctor names the same cause. The upgrade's rollback removed the
+		// failing pod, so the same image is applied again at mid with
+		// install, which fails as fast and leaves it in place; then the
+		// install without it puts mid back as it was.
+		cm := e.writeConfig("onprem-never-ready-mid.yaml", mid, neverReady)
+		iout := e.onpremFails("install", "-c", cm, "--bundle", bundles[mid], "--kubeconfig", e.kubeconfig, "--timeout", "3m")
+		f := e.doctorFinding("image-pull", "gitops-api", missingImage)
+		if !f.Definitive || !strings.Contains(f.Title, "the registry says it does not exist") {
+			t.Fatalf("doctor's finding: %+v", f)
+		}
+		for cmd, said := range map[string]string{"upgrade apply": out, "install": iout} {
+			if !strings.Contains(said, f.Title) || !strings.Contains(said, f.Remediation) {
+				t.Fatalf("onprem %s's error does not name doctor's finding %q (fix %q):\n%s", cmd, f.Title, f.Remediation, tailLines(said, 30))
+			}
+		}
+		e.onprem("install", "-c", e.writeConfig("onprem-mid-again.yaml", mid), "--bundle", bundles[mid], "--kubeconfig", e.kubeconfig, "--timeout", "6m")
 	})
 	e.allReady(mid)
 	e.step("records survive the failed rollout", func() {

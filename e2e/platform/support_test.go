@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,12 +16,12 @@ import (
 	"onprem.dev/onprem/installer/support/supporttest"
 )
 
-// doctorFinds runs onprem doctor until it reports a finding of analyzer
-// about component whose title holds text, while the operation that
-// breaks the platform runs (ended closes when it ends: too late).
-func (e *env) doctorFinds(ended <-chan struct{}, analyzer, component, text string) {
+// doctorFinding runs onprem doctor until it reports a finding of analyzer
+// about component whose title holds text (for at most a minute: the
+// failure it looks for is already there), and returns it.
+func (e *env) doctorFinding(analyzer, component, text string) doctor.Finding {
 	e.t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		stdout, _, err := e.run("doctor", "-o", "json", "--no-preflight", "--kubeconfig", e.kubeconfig)
 		var rep doctor.Report
@@ -31,20 +32,37 @@ func (e *env) doctorFinds(ended <-chan struct{}, analyzer, component, text strin
 						e.t.Fatalf("doctor's finding %+v: exit %v", f, exitOf(err))
 					}
 					e.t.Logf("doctor: [%s] %s\n\tevidence: %s\n\tfix: %s", f.Severity, f.Title, strings.Join(f.Evidence, "; "), f.Remediation)
-					return
+					return f
 				}
 			}
 		}
-		select {
-		case <-ended:
-			e.t.Fatalf("the upgrade ended before doctor named %s of %s (last answer: %s)", text, component, tailLines(stdout, 40))
-		default:
-		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("doctor did not name %s of %s in 3 minutes (last answer: %s)", text, component, tailLines(stdout, 40))
+			e.t.Fatalf("doctor did not name %s of %s in a minute (last answer: %s)", text, component, tailLines(stdout, 40))
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// progressAt returns the time (seconds since the command began) of the
+// first progress line of component (any, when "") that says what, or of
+// the last such line when last is set.
+func progressAt(stderr, component, what string, last bool) (float64, bool) {
+	at, found := 0.0, false
+	for _, line := range strings.Split(stderr, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 3 || !strings.HasSuffix(fields[0], "s") || (component != "" && fields[1] != component) || !strings.Contains(line, what) {
+			continue
+		}
+		s, err := strconv.ParseFloat(strings.TrimSuffix(fields[0], "s"), 64)
+		if err != nil {
+			continue
+		}
+		at, found = s, true
+		if !last {
+			break
+		}
+	}
+	return at, found
 }
 
 // supportBundle writes a support bundle of the whole platform (a runner
