@@ -76,7 +76,7 @@ func newObserver(c kubernetes.Interface) *observer {
 	return &observer{client: c, every: watchEvery, spaces: map[string]*nsLook{}}
 }
 
-// objects returns the namespace's objects, listed at most every/2 ago.
+// objects returns the namespace's objects, listed at most every ago.
 func (ob *observer) objects(ctx context.Context, ns string) (*nsObjects, error) {
 	ob.mu.Lock()
 	l := ob.spaces[ns]
@@ -87,7 +87,7 @@ func (ob *observer) objects(ctx context.Context, ns string) (*nsObjects, error) 
 	ob.mu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.at.IsZero() && time.Since(l.at) < ob.every/2 {
+	if !l.at.IsZero() && time.Since(l.at) < ob.every {
 		return l.objs, l.err
 	}
 	l.objs, l.err = listNamespace(ctx, ob.client, ns)

@@ -54,7 +54,9 @@ type ComponentProgress struct {
 	Elapsed  time.Duration
 	Error    string
 	NotReady []string
-	At       time.Time
+	// Waiting says what a waiting component waits for.
+	Waiting string
+	At      time.Time
 }
 
 // maxOpLines bounds the lines an operation keeps (the first ones go).
@@ -78,6 +80,9 @@ func (o *Operation) Component(e apply.Event) {
 		NotReady: e.NotReady, At: time.Now()}
 	if e.Err != nil {
 		c.Error = o.redact.Redact(e.Err.Error())
+	}
+	if e.Phase == apply.PhaseWaiting {
+		c.Waiting = o.redact.Redact(e.Waiting)
 	}
 	for i := range o.components {
 		if o.components[i].Name == e.Component {

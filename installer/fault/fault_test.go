@@ -124,7 +124,9 @@ func TestBackOffIsJudgedOnTheNewestFailedPull(t *testing.T) {
 	if f := one(t, o, Input{Now: now}); !f.Definitive || !strings.Contains(f.Title, "does not exist") {
 		t.Errorf("newest pull said not found: %+v", f)
 	}
-	old := func(e *corev1.Event) bool { return !strings.Contains(e.Message, "NotFound") && !strings.Contains(e.Message, "timeout") }
+	old := func(e *corev1.Event) bool {
+		return !strings.Contains(e.Message, "NotFound") && !strings.Contains(e.Message, "timeout")
+	}
 	if f := one(t, o, Input{Now: now, Fresh: old}); f.Definitive {
 		t.Errorf("a stale not-found event ended the wait: %+v", f)
 	}
