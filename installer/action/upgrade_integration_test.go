@@ -37,23 +37,7 @@ func upgradePlatform(version string, extra ...string) string {
 // ring, marks pods for the simulated kubelet).
 func overlay(t *testing.T, kind, name, annotation string) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "fault")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	body := `apiVersion: kustomize.config.k8s.io/v1alpha1
-kind: Component
-patches:
-  - target: {kind: ` + kind + `, name: ` + name + `}
-    patch: |
-      - op: add
-        path: /spec/template/metadata/annotations
-        value: {` + annotation + `: "true"}
-`
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return "  overlays: [" + dir + "]\n"
+	return overlayAnnotations(t, kind, name, map[string]string{annotation: "true"})
 }
 
 func installAt(t *testing.T, c *testcluster.Cluster, version string) (Source, kube.Options) {

@@ -8,7 +8,6 @@ package doctor
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -136,36 +135,10 @@ func Analyze(s *snapshot.Snapshot) *Report {
 }
 
 // object names an object for a finding.
-func object(kind, ns, name string) string {
-	if ns == "" {
-		return kind + "/" + name
-	}
-	return fmt.Sprintf("%s/%s/%s", kind, ns, name)
-}
+func object(kind, ns, name string) string { return fault.Object(kind, ns, name) }
 
 // tail returns the last n non-empty lines of a log.
-func tail(text string, n int) []string {
-	var lines []string
-	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
-		if strings.TrimSpace(l) != "" {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return lines
-}
+func tail(text string, n int) []string { return fault.Tail(text, n) }
 
 // since says how long ago t was, rounded for humans.
-func since(now, t time.Time) string {
-	d := now.Sub(t)
-	switch {
-	case d < time.Minute:
-		return d.Round(time.Second).String()
-	case d < time.Hour:
-		return d.Round(time.Minute).String()
-	default:
-		return d.Round(time.Hour).String()
-	}
-}
+func since(now, t time.Time) string { return fault.Since(now, t) }
