@@ -446,6 +446,7 @@ func explain(ctx context.Context, w *watcher, wait context.Context, err error, l
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	w.ob.refresh() // what ended Helm's wait may be newer than the last lists
 	if p, lerr := w.look(lctx); lerr == nil && p.stuck != nil {
 		return &StuckError{Component: w.component, Fault: *p.stuck}
 	}

@@ -95,6 +95,17 @@ func (ob *observer) objects(ctx context.Context, ns string) (*nsObjects, error) 
 	return l.objs, l.err
 }
 
+// refresh makes the next objects call of every namespace list anew.
+func (ob *observer) refresh() {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	for _, l := range ob.spaces {
+		l.mu.Lock()
+		l.at = time.Time{}
+		l.mu.Unlock()
+	}
+}
+
 // listNamespace reads what the watch judges, from the API server's cache
 // (resourceVersion 0): cheap, and at most a moment old.
 func listNamespace(ctx context.Context, c kubernetes.Interface, ns string) (*nsObjects, error) {
