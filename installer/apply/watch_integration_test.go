@@ -176,6 +176,7 @@ func TestDefinitiveFaultsEndTheWait(t *testing.T) {
 			pod: func(s *corev1.PodSpec) {
 				yes := true
 				s.Containers[0].SecurityContext.Privileged = &yes
+				s.Containers[0].SecurityContext.AllowPrivilegeEscalation = &yes
 			},
 			prepare: func(t *testing.T, c *testcluster.Cluster, ns string) {
 				createNamespace(t, c, ns, map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
@@ -244,7 +245,8 @@ func TestTransientFaultsWaitTillTheTimeout(t *testing.T) {
 			}},
 		{name: "pending for capacity", says: "pending: Unschedulable",
 			pod: func(s *corev1.PodSpec) {
-				s.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000")}
+				// kwok's nodes have 1000 CPUs each.
+				s.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000000")}
 			}},
 		{name: "probe not passing yet", says: "0/1 ready, not ready yet",
 			annotations: map[string]string{testcluster.AnnotationNeverReady: "true"}},

@@ -248,3 +248,12 @@ func short(s string, n int) string {
 	}
 	return s
 }
+
+// shortTail keeps the end of a message, where an error chain says why.
+func shortTail(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return "..." + s[len(s)-n+3:]
+	}
+	return s
+}

@@ -211,9 +211,9 @@ func (a *analysis) pull(p *corev1.Pod, comp string, cs corev1.ContainerStatus, i
 		case pullUnreachableRegistry:
 			why = "the registry cannot be reached"
 			f.Remediation = fmt.Sprintf("make %s reachable from the nodes (DNS, firewall, proxy: spec.proxy), and check that it is up; the kubelet retries by itself", reg)
-			f.Waiting = "image pull failing, retrying: registry unreachable (" + short(said, 80) + ")"
+			f.Waiting = "image pull failing, retrying: registry unreachable (" + shortTail(said, 80) + ")"
 		default:
-			f.Waiting = "image pull failing, retrying: " + short(said, 80)
+			f.Waiting = "image pull failing, retrying: " + shortTail(said, 80)
 		}
 	}
 	f.Title = fmt.Sprintf("image %s of component %s cannot be pulled from %s: %s", image, orUnknown(comp), reg, why)
