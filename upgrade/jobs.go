@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"onprem.dev/onprem/installer/fault"
 	"onprem.dev/onprem/installer/render"
 )
 
@@ -57,6 +58,8 @@ func RunJob(ctx context.Context, c kubernetes.Interface, namespace string, obj *
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
 	var last *batchv1.Job
+	var restarts fault.Restarts
+	polls := 0
 	// A quarter second: a task Job of a small database finishes in about
 	// a second, and each upgrade step runs several in a row.
 	err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
@@ -79,6 +82,16 @@ func RunJob(ctx context.Context, c kubernetes.Interface, namespace string, obj *
 				return false, &JobFailedError{Job: j.Name, Namespace: namespace, Reason: failureReason(ctx, c, namespace, got, cond)}
 			}
 		}
+		// Once a second, its pods as apply judges a component's: a
+		// failure that waiting cannot fix (an image the registry does not
+		// have, a missing Secret key, pods refused by admission) fails
+		// the Job now rather than at its deadline.
+		if polls++; polls%4 == 0 {
+			if f := stuckJob(ctx, c, namespace, got, &restarts); f != nil {
+				return false, &JobFailedError{Job: j.Name, Namespace: namespace,
+					Reason: fmt.Sprintf("%s (%s); waiting cannot fix this [doctor: %s]; fix: %s", f.Title, strings.Join(f.Evidence[:min(1, len(f.Evidence))], ""), f.Analyzer, f.Remediation)}
+			}
+		}
 		return false, nil
 	})
 	if err != nil {
@@ -90,6 +103,34 @@ func RunJob(ctx context.Context, c kubernetes.Interface, namespace string, obj *
 			return &JobFailedError{Job: j.Name, Namespace: namespace, Reason: fmt.Sprintf("not finished after %s (%d active pods)", timeout, last.Status.Active)}
 		}
 		return fmt.Errorf("job %s: %w", j.Name, err)
+	}
+	return nil
+}
+
+// stuckJob returns the first fault of a running Job's pods (and its
+// pod-creation events) that waiting cannot fix, or nil. What cannot be
+// read is left to the next look.
+func stuckJob(ctx context.Context, c kubernetes.Interface, namespace string, j *batchv1.Job, restarts *fault.Restarts) *fault.Fault {
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + j.Name})
+	if err != nil {
+		return nil
+	}
+	events, err := c.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.kind=Job,involvedObject.name=" + j.Name})
+	if err != nil {
+		return nil
+	}
+	// Events of an earlier Job of the same name do not count.
+	var mine []corev1.Event
+	for _, e := range events.Items {
+		if e.InvolvedObject.UID == "" || e.InvolvedObject.UID == j.UID {
+			mine = append(mine, e)
+		}
+	}
+	objs := &fault.Objects{Namespace: namespace, Pods: pods.Items, Jobs: []batchv1.Job{*j}, Events: mine}
+	for _, f := range fault.Analyze(objs, fault.Input{Restarts: restarts}) {
+		if f.Definitive && f.Analyzer != fault.JobFailed {
+			return &f
+		}
 	}
 	return nil
 }

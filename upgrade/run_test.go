@@ -10,6 +10,12 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/fake"
+
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
@@ -249,5 +255,34 @@ func TestRollbackWaitsAboutAsLongAsTheApplyTook(t *testing.T) {
 		if got := st.Components[name].Took; got != want {
 			t.Errorf("recorded apply time of %s = %s, want %s", name, got, want)
 		}
+	}
+}
+
+// A task Job whose pod cannot pull its image (the registry says it does
+// not exist) fails at once, named as doctor names it, not at its deadline.
+func TestRunJobFailsAtOnceOnAnImageTheRegistryDoesNotHave(t *testing.T) {
+	c := fake.NewClientset()
+	job := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "batch/v1", "kind": "Job",
+		"metadata": map[string]any{"name": "onprem-migration-x"},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{"restartPolicy": "Never",
+			"containers": []any{map[string]any{"name": "migrate", "image": "registry.example.com/onprem/migrate:9.9.9"}}}}}}}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "onprem-migration-x-abcde", Namespace: "onprem", Labels: map[string]string{batchv1.JobNameLabel: "onprem-migration-x"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "migrate", Image: "registry.example.com/onprem/migrate:9.9.9"}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "migrate", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: "ErrImagePull", Message: "rpc error: code = NotFound desc = failed to pull and unpack image: not found"}}}}}}
+		if _, err := c.CoreV1().Pods("onprem").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+			t.Error(err)
+		}
+	}()
+	start := time.Now()
+	err := RunJob(context.Background(), c, "onprem", job, time.Hour)
+	var jf *JobFailedError
+	if !errors.As(err, &jf) || !strings.Contains(err.Error(), "the registry says it does not exist") || !strings.Contains(err.Error(), "fix: push the image") {
+		t.Fatalf("err = %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("failed after %s", took)
 	}
 }
