@@ -8,9 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/topology"
 )
 
 const availabilityID = "availability"
@@ -37,7 +39,7 @@ var nodeLocalProvisioners = []string{
 func availabilityCheck() Check {
 	return Check{
 		ID:       availabilityID,
-		Title:    "with spec.availability high: three schedulable nodes or more (a warning when all are in one zone), and volumes that can be placed on each member's node",
+		Title:    "with spec.availability high: three schedulable nodes or more (a warning when all are in one zone), and volumes that can be placed on each member's node; and spec.availability as installed (single and high do not yet turn into each other in place)",
 		Severity: Blocking,
 		Run:      runAvailability,
 	}
@@ -48,6 +50,9 @@ func runAvailability(ctx context.Context, env *Env) Outcome {
 		return out
 	}
 	in := env.Installation
+	if out, bad := availabilityChange(ctx, env); bad {
+		return out
+	}
 	if in.Spec.Availability != config.AvailabilityHigh {
 		return Passed("spec.availability is %s: nothing to check", orDefault(in.Spec.Availability, config.DefaultAvailability))
 	}
@@ -102,6 +107,40 @@ func runAvailability(ctx context.Context, env *Env) Outcome {
 	}
 	sort.Strings(names)
 	return Passed("%d schedulable nodes in %d zones: %s", len(usable), len(zones), strings.Join(names, ", "))
+}
+
+// availabilityChange fails when the installed PostgreSQL is a single
+// server and the configuration asks for a replicated one, or the other way
+// round: the StatefulSet cannot turn into the other in place (its first
+// member would have to adopt the data while the others wait, which the
+// StatefulSet's ordering does not allow), and trying would leave the
+// Service postgresql without a server.
+func availabilityChange(ctx context.Context, env *Env) (Outcome, bool) {
+	in := env.Installation
+	if in.Spec.Databases.PostgreSQL.Mode == config.DatabaseModeExternal {
+		return Outcome{}, false
+	}
+	ns := platformNamespace(env)
+	sts, err := env.Cluster.Client.AppsV1().StatefulSets(ns).Get(ctx, topology.PostgreSQL, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Outcome{}, false
+	}
+	if err != nil {
+		return cannotRun(Blocking, availabilityID, "read StatefulSet "+ns+"/"+topology.PostgreSQL, err), true
+	}
+	replicated := sts.Spec.Template.Labels[topology.ClusterLabel] != ""
+	want := in.Spec.Availability == config.AvailabilityHigh
+	if replicated == want {
+		return Outcome{}, false
+	}
+	from, to := "a single server (spec.availability single)", "a replicated cluster (high)"
+	if replicated {
+		from, to = "a replicated Patroni cluster (spec.availability high)", "a single server (single)"
+	}
+	return Outcome{Result: Fail,
+		Message: fmt.Sprintf("the installed PostgreSQL (StatefulSet %s/%s) is %s and the configuration asks for %s: onprem does not yet change one into the other in place",
+			ns, topology.PostgreSQL, from, to),
+		Remediation: "keep spec.availability as installed; to change it, back up (onprem backup create), install with the new spec.availability into an empty namespace or cluster and restore the backup there (onprem restore --force): docs/availability.md"}, true
 }
 
 // haStorage fails when a replicated database's volumes would come from a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/topology"
 )
 
 func haNode(name, zone string, ready, cordoned bool) *corev1.Node {
@@ -33,6 +35,16 @@ func haClass(name, provisioner string, mode storagev1.VolumeBindingMode, isDefau
 		sc.Annotations = map[string]string{defaultClassAnnotation: "true"}
 	}
 	return sc
+}
+
+// pgSet is an installed PostgreSQL StatefulSet, replicated (Patroni's) or not.
+func pgSet(replicated bool) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "postgresql", Namespace: "onprem"}}
+	s.Spec.Template.Labels = map[string]string{"app.kubernetes.io/name": "postgresql"}
+	if replicated {
+		s.Spec.Template.Labels[topology.ClusterLabel] = "postgresql"
+	}
+	return s
 }
 
 // The availability check on a fake cluster: node counts, placement, zones
@@ -76,6 +88,14 @@ func TestAvailabilityCheck(t *testing.T) {
 		{"high on node-local volumes bound with the pod", high + "  storage:\n    className: local\n",
 			append(zoned(3, "a", "b", "c"), network, haClass("local", "rancher.io/local-path", storagev1.VolumeBindingWaitForFirstConsumer, false)), Pass,
 			[]string{"3 zones"}},
+		{"high over an installed single server", high, append(zoned(3, "a", "b", "c"), network, pgSet(false)), Fail,
+			[]string{"StatefulSet onprem/postgresql) is a single server", "asks for a replicated cluster", "onprem restore --force", "docs/availability.md"}},
+		{"single over an installed Patroni cluster", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), pgSet(true)}, Fail,
+			[]string{"is a replicated Patroni cluster", "asks for a single server"}},
+		{"high over an installed Patroni cluster", high, append(zoned(3, "a", "b", "c"), network, pgSet(true)), Pass,
+			[]string{"3 zones"}},
+		{"single over an installed single server", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), pgSet(false)}, Pass,
+			[]string{"spec.availability is single"}},
 		{"high on a configured node-local class bound at once", high + "  storage:\n    className: local\n",
 			append(zoned(3, "a", "b", "c"), network, haClass("local", "kubernetes.io/no-provisioner", storagev1.VolumeBindingImmediate, false)), Fail,
 			[]string{"StorageClass local", "spec.storage.className"}},
