@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -42,12 +43,17 @@ type infraChart struct {
 	component string // app.kubernetes.io/component
 	imageKeys []string
 	stateful  bool // a single-server StatefulSet with a data volume
+	// patroni: with global.availability high, a Patroni cluster whose
+	// Service of the chart's name has no selector (Patroni keeps its
+	// Endpoints on the primary) and whose -replicas Service selects the
+	// replicas by their role.
+	patroni bool
 }
 
 var infraCharts = []infraChart{
 	{name: "ingress", appName: "ingress-controller", component: "ingress", imageKeys: []string{"controller"}},
 	{name: "mongodb", appName: "mongodb", component: "database", imageKeys: []string{"mongodb"}, stateful: true},
-	{name: "postgresql", appName: "postgresql", component: "database", imageKeys: []string{"postgresql"}, stateful: true},
+	{name: "postgresql", appName: "postgresql", component: "database", imageKeys: []string{"postgresql", "postgresqlHA"}, stateful: true, patroni: true},
 	{name: "redis", appName: "redis", component: "cache", imageKeys: []string{"redis"}, stateful: true},
 	{name: "rabbitmq", appName: "rabbitmq", component: "queue", imageKeys: []string{"rabbitmq"}, stateful: true},
 	{name: "nats", appName: "nats", component: "queue", imageKeys: []string{"nats"}, stateful: true},
@@ -86,6 +92,7 @@ type infraRendering struct {
 	roles           []*rbacv1.Role
 	roleBindings    []*rbacv1.RoleBinding
 	ingressClasses  []*networkingv1.IngressClass
+	networkPolicies []*networkingv1.NetworkPolicy
 }
 
 type infraDoc struct {
@@ -182,6 +189,9 @@ func infraRender(t *testing.T, chart string, values map[string]any) (*infraRende
 			case "IngressClass":
 				o := &networkingv1.IngressClass{}
 				r.ingressClasses, target = append(r.ingressClasses, o), o
+			case "NetworkPolicy":
+				o := &networkingv1.NetworkPolicy{}
+				r.networkPolicies, target = append(r.networkPolicies, o), o
 			default:
 				t.Fatalf("%s: unexpected kind %q (a chart never creates a Secret)", m.Template, d.kind)
 			}
@@ -417,8 +427,20 @@ func infraCheckLabels(t *testing.T, ch infraChart, r *infraRendering) {
 		}
 	}
 	for _, s := range r.services {
-		if !reflect.DeepEqual(s.Spec.Selector, selector) {
-			t.Errorf("Service/%s: selector %v, want %v", s.Name, s.Spec.Selector, selector)
+		want := selector
+		if ch.patroni && infraString(r.values, "global", "availability") == "high" {
+			switch s.Name {
+			case ch.appName:
+				// Patroni keeps this Service's Endpoints on the primary.
+				want = nil
+			case ch.appName + "-replicas":
+				want = maps.Clone(selector)
+				want["onprem.dev/patroni-cluster"] = ch.appName
+				want["onprem.dev/postgresql-role"] = "replica"
+			}
+		}
+		if !reflect.DeepEqual(s.Spec.Selector, want) {
+			t.Errorf("Service/%s: selector %v, want %v", s.Name, s.Spec.Selector, want)
 		}
 	}
 	for _, s := range r.statefulSets {

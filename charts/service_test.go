@@ -547,9 +547,15 @@ func TestServicePodDisruptionBudgetAndSpread(t *testing.T) {
 		if !reflect.DeepEqual(o.pdb.Spec.Selector.MatchLabels, o.deploy.Spec.Selector.MatchLabels) {
 			t.Errorf("replicas %d: PDB selects %v, Deployment %v", replicas, o.pdb.Spec.Selector.MatchLabels, o.deploy.Spec.Selector.MatchLabels)
 		}
-		if len(spread) != 1 || spread[0].TopologyKey != corev1.LabelHostname || spread[0].MaxSkew != 1 ||
-			spread[0].LabelSelector == nil || !reflect.DeepEqual(spread[0].LabelSelector.MatchLabels, o.deploy.Spec.Selector.MatchLabels) {
-			t.Errorf("replicas %d: topology spread = %+v, want one by hostname over the pods", replicas, spread)
+		if len(spread) != 2 {
+			t.Errorf("replicas %d: topology spread = %+v, want one by hostname and one by zone over the pods", replicas, spread)
+			continue
+		}
+		for i, key := range []string{corev1.LabelHostname, corev1.LabelTopologyZone} {
+			if spread[i].TopologyKey != key || spread[i].MaxSkew != 1 || spread[i].WhenUnsatisfiable != corev1.ScheduleAnyway ||
+				spread[i].LabelSelector == nil || !reflect.DeepEqual(spread[i].LabelSelector.MatchLabels, o.deploy.Spec.Selector.MatchLabels) {
+				t.Errorf("replicas %d: topology spread %d = %+v, want one by %s over the pods", replicas, i, spread[i], key)
+			}
 		}
 	}
 }

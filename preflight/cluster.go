@@ -28,6 +28,7 @@ func clusterChecks() []Check {
 		installationExistingCheck(),
 		runtimesCheck(),
 		networkPolicyCheck(),
+		availabilityCheck(),
 	}
 }
 

@@ -97,7 +97,11 @@ last error, the last operation (who ran what, when, and how it ended), the
 backups: their schedule (spec.backup), the newest backup, and why the
 newest scheduled one failed if it did; and the platform's certificates
 (the CA and the serving certificate, onprem's or spec.tls.secretName's)
-with their expiry: WARNING within 30 days, ERROR within 7 or once expired.
+with their expiry: WARNING within 30 days, ERROR within 7 or once expired;
+and, with spec.availability high, each replicated database's primary, its
+replicas with their lag, which one is synchronous, and a warning when no
+synchronous replica is ready (losing the primary then would stop writes or
+lose them).
 Reads the cluster only; works from any machine with access.`,
 		Example: `  onprem status
   onprem status --namespace ci-platform -o json`,
@@ -137,6 +141,9 @@ Reads the cluster only; works from any machine with access.`,
 				}
 				printBackupStatus(w, res.Backups)
 				printCertificates(w, res.Certificates)
+				for _, db := range res.Databases {
+					fmt.Fprintf(w, "%s: %s\n", db.Engine, db.Summary())
+				}
 			})
 		},
 	}

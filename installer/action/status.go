@@ -20,6 +20,7 @@ import (
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/topology"
 )
 
 // DefaultNamespace is the platform namespace when neither a flag nor a
@@ -98,6 +99,10 @@ type StatusResult struct {
 	// Secrets (onprem's self-signed CA and certificate, or the operator's
 	// spec.tls.secretName), with how soon each expires.
 	Certificates []CertificateStatus `json:"certificates,omitempty"`
+	// Databases are the replicated databases (spec.availability high):
+	// each member's role, node, state and lag, and whether the database
+	// can fail over now (installer/topology).
+	Databases []*topology.Topology `json:"databases,omitempty"`
 }
 
 // CertificateStatus is one certificate and its expiry: a warning within
@@ -175,6 +180,15 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 	}
 	if out.Certificates, err = platformCertificates(ctx, cl.Client, ns, time.Now()); err != nil {
 		return out, err
+	}
+	if _, ok := st.Components["postgresql"]; ok {
+		top, err := topology.PostgreSQLCluster(ctx, cl.Client, ns)
+		if err != nil {
+			return out, err
+		}
+		if top.Replicated {
+			out.Databases = append(out.Databases, top)
+		}
 	}
 	return out, nil
 }

@@ -6,6 +6,9 @@ const (
 	ProfileMedium = "medium"
 	ProfileLarge  = "large"
 
+	AvailabilitySingle = "single"
+	AvailabilityHigh   = "high"
+
 	TLSModeSelfSigned = "selfSigned"
 	TLSModeSecret     = "secret"
 
@@ -28,6 +31,7 @@ const (
 	DefaultName             = "onprem"
 	DefaultNamespace        = "onprem"
 	DefaultProfile          = ProfileSmall
+	DefaultAvailability     = AvailabilitySingle
 	DefaultTLSMode          = TLSModeSelfSigned
 	DefaultIngressMode      = IngressModeInstall
 	DefaultIngressClassName = "onprem"

@@ -14,6 +14,7 @@ func SetDefaults(in *Installation) {
 	s := &in.Spec
 	setString(&s.Namespace, DefaultNamespace)
 	setString(&s.Profile, DefaultProfile)
+	setString(&s.Availability, DefaultAvailability)
 	setString(&s.TLS.Mode, DefaultTLSMode)
 
 	setString(&s.Ingress.Mode, DefaultIngressMode)

@@ -18,15 +18,16 @@ func TestSetDefaultsMinimal(t *testing.T) {
 		Kind:       Kind,
 		Metadata:   Metadata{Name: "onprem"},
 		Spec: Spec{
-			Version:   "2.9.0",
-			Namespace: "onprem",
-			Domain:    "ci.example.com",
-			Profile:   "small",
-			TLS:       TLS{Mode: "selfSigned"},
-			Ingress:   Ingress{Mode: "install", ClassName: "onprem", ServiceType: "LoadBalancer"},
-			Images:    Images{Platform: "quay.io/codefresh"},
-			Modules:   Modules{Pipelines: Module{Enabled: ptr(true)}, GitOps: Module{Enabled: ptr(true)}},
-			Legacy:    Legacy{NATS: Module{Enabled: ptr(false)}, Consul: Module{Enabled: ptr(false)}},
+			Version:      "2.9.0",
+			Namespace:    "onprem",
+			Domain:       "ci.example.com",
+			Profile:      "small",
+			Availability: "single",
+			TLS:          TLS{Mode: "selfSigned"},
+			Ingress:      Ingress{Mode: "install", ClassName: "onprem", ServiceType: "LoadBalancer"},
+			Images:       Images{Platform: "quay.io/codefresh"},
+			Modules:      Modules{Pipelines: Module{Enabled: ptr(true)}, GitOps: Module{Enabled: ptr(true)}},
+			Legacy:       Legacy{NATS: Module{Enabled: ptr(false)}, Consul: Module{Enabled: ptr(false)}},
 			Databases: Databases{
 				MongoDB:    Database{Mode: "internal"},
 				Redis:      Database{Mode: "internal"},
@@ -42,12 +43,13 @@ func TestSetDefaultsMinimal(t *testing.T) {
 
 func TestSetDefaultsKeepsExplicitValues(t *testing.T) {
 	in := &Installation{Spec: Spec{
-		Namespace: "ci",
-		Profile:   "large",
-		Ingress:   Ingress{Mode: "existing", GatewayAPI: GatewayAPI{Enabled: true}},
-		Storage:   Storage{ClassName: "fast"},
-		Modules:   Modules{GitOps: Module{Enabled: ptr(false)}},
-		Legacy:    Legacy{NATS: Module{Enabled: ptr(true)}},
+		Namespace:    "ci",
+		Profile:      "large",
+		Availability: "high",
+		Ingress:      Ingress{Mode: "existing", GatewayAPI: GatewayAPI{Enabled: true}},
+		Storage:      Storage{ClassName: "fast"},
+		Modules:      Modules{GitOps: Module{Enabled: ptr(false)}},
+		Legacy:       Legacy{NATS: Module{Enabled: ptr(true)}},
 		Databases: Databases{
 			MongoDB: Database{Mode: "external", External: External{SecretName: "m"}},
 			Redis:   Database{Persistence: Persistence{StorageClass: "own"}},
@@ -63,6 +65,7 @@ func TestSetDefaultsKeepsExplicitValues(t *testing.T) {
 	}{
 		{"namespace", s.Namespace, "ci"},
 		{"profile", s.Profile, "large"},
+		{"availability", s.Availability, "high"},
 		// With an existing IngressClass onprem installs no controller, so
 		// neither its class nor its Service type is defaulted.
 		{"className", s.Ingress.ClassName, ""},

@@ -44,10 +44,13 @@ type Secret struct {
 const (
 	MongoDBAdmin    = "onprem-mongodb-admin"
 	PostgreSQLAdmin = "onprem-postgresql-admin"
-	Redis           = "onprem-redis"
-	RabbitMQ        = "onprem-rabbitmq"
-	PlatformKeys    = "onprem-platform-keys"
-	TLS             = "onprem-tls"
+	// PostgreSQLReplication is the role a highly available PostgreSQL's
+	// replicas stream from the primary with.
+	PostgreSQLReplication = "onprem-postgresql-replication"
+	Redis                 = "onprem-redis"
+	RabbitMQ              = "onprem-rabbitmq"
+	PlatformKeys          = "onprem-platform-keys"
+	TLS                   = "onprem-tls"
 )
 
 // ServiceSecret is the name of a service's own credentials for engine
@@ -73,6 +76,9 @@ type Needs struct {
 	// database on that engine.
 	MongoDBUsers    []string
 	PostgreSQLUsers []string
+	// PostgreSQLReplication is set when PostgreSQL runs replicated
+	// (spec.availability high).
+	PostgreSQLReplication bool
 	// PlatformKeys is set when any service uses the signing/encryption keys.
 	PlatformKeys bool
 	// SelfSignedTLS is set when onprem makes the domain's certificate.
@@ -89,6 +95,10 @@ func Plan(n Needs) []Secret {
 	if n.Internal["postgresql"] {
 		out = append(out, Secret{Name: PostgreSQLAdmin, Type: "Opaque", Purpose: "PostgreSQL superuser",
 			Keys: []Key{{Name: "username", Kind: Fixed, Value: "postgres"}, {Name: "password", Kind: Password}}})
+	}
+	if n.Internal["postgresql"] && n.PostgreSQLReplication {
+		out = append(out, Secret{Name: PostgreSQLReplication, Type: "Opaque", Purpose: "PostgreSQL replication role (high availability)",
+			Keys: []Key{{Name: "username", Kind: Fixed, Value: "standby"}, {Name: "password", Kind: Password}}})
 	}
 	if n.Internal["redis"] {
 		out = append(out, Secret{Name: Redis, Type: "Opaque", Purpose: "Redis password",

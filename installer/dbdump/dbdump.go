@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/podexec"
+	"onprem.dev/onprem/installer/topology"
 )
 
 // Engines onprem dumps.
@@ -279,7 +280,8 @@ func (e *NotRunningError) Error() string {
 }
 
 // Pod returns where engine runs in namespace: the first ready pod (by
-// name) of its component's StatefulSet, container Engine.Container.
+// name) of its component's StatefulSet, or of a replicated database its
+// primary, container Engine.Container.
 func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) (podexec.Target, error) {
 	e, err := Get(engine)
 	if err != nil {
@@ -304,12 +306,40 @@ func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) 
 		return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no pod"}
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	if replicated(pods.Items) {
+		// A replicated database is dumped and restored on its primary:
+		// the only member that takes writes, and the newest data.
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && ready(&p) && primary(&p) {
+				return podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container}, nil
+			}
+		}
+		return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace,
+			Reason: "none of its " + fmt.Sprint(len(pods.Items)) + " members is a ready primary (a failover under way?)"}
+	}
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp == nil && ready(&p) {
 			return podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container}, nil
 		}
 	}
 	return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "pod " + pods.Items[0].Name + " is not ready"}
+}
+
+// replicated reports whether pods are the members of a replicated database
+// (they carry topology.ClusterLabel).
+func replicated(pods []corev1.Pod) bool {
+	for _, p := range pods {
+		if p.Labels[topology.ClusterLabel] != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// primary reports whether a member says it is its database's primary.
+func primary(p *corev1.Pod) bool {
+	r := p.Labels[topology.RoleLabel]
+	return r == "master" || r == "primary"
 }
 
 func ready(p *corev1.Pod) bool {

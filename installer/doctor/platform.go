@@ -12,6 +12,7 @@ import (
 
 	"onprem.dev/onprem/installer/certs"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/preflight"
 )
 
@@ -62,6 +63,9 @@ var databaseDown = Analyzer{
 			}
 			if want == 0 || x.Status.ReadyReplicas >= want {
 				continue
+			}
+			if x.Spec.Template.Labels[topology.ClusterLabel] != "" && x.Status.ReadyReplicas > 0 {
+				continue // a replicated database with members left: database-replication judges it
 			}
 			out = append(out, Finding{Severity: Error, Component: comp, Object: object("StatefulSet", ns, x.Name),
 				Title:       fmt.Sprintf("database %s is down: %d of %d replicas ready", comp, x.Status.ReadyReplicas, want),

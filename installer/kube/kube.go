@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -264,6 +265,21 @@ func configure(cfg *rest.Config) {
 		cfg.Burst = DefaultBurst
 	}
 	cfg.UserAgent = "onprem/" + onpremversion.Version + " " + rest.DefaultKubernetesUserAgent()
+	cfg.WarningHandler = apiWarnings{}
+}
+
+// apiWarnings sends the API server's warnings to the log (slog), where
+// client-go would print them on stderr, in the middle of a command's
+// output. One it never logs: that Endpoints are deprecated, which every
+// read of Patroni's leader lock (installer/topology) draws, and which
+// says nothing an operator can act on.
+type apiWarnings struct{}
+
+func (apiWarnings) HandleWarningHeader(code int, agent, text string) {
+	if code != 299 || text == "" || strings.HasPrefix(text, "v1 Endpoints is deprecated") {
+		return
+	}
+	slog.Warn("Kubernetes API warning", "warning", text)
 }
 
 // serverVersion GETs /version, bounded by timeout.

@@ -49,11 +49,13 @@ func (e *OverlayError) Error() string {
 func (e *OverlayError) Unwrap() error { return e.Err }
 
 // IsInputError says whether a Render error is the operator's to fix in
-// what they gave (--set, an overlay): a command exits 2 for it.
+// what they gave (--set, an overlay, values that spec.availability
+// refuses): a command exits 2 for it.
 func IsInputError(err error) bool {
 	var se *SetError
 	var oe *OverlayError
-	return errors.As(err, &se) || errors.As(err, &oe)
+	var ae *AvailabilityError
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ae)
 }
 
 // overlayPatch is one patch of an operator's overlay.

@@ -166,8 +166,13 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		v["secrets"] = names
 		var pods []any
 		for _, db := range []string{"mongodb", "postgresql", "rabbitmq", "redis"} {
-			if databaseOf(in.Spec, db).Mode != "external" {
-				pods = append(pods, db+"-0")
+			if databaseOf(in.Spec, db).Mode == "external" {
+				continue
+			}
+			// A replicated database is backed up from whichever member
+			// is its primary at the time.
+			for i := range databaseMembers(in, db, st.values[db]) {
+				pods = append(pods, fmt.Sprintf("%s-%d", db, i))
 			}
 		}
 		v["databasePods"] = pods
@@ -331,6 +336,7 @@ func needs(in *config.Installation, services map[string]map[string]any) credenti
 	for _, db := range []string{"mongodb", "postgresql", "redis", "rabbitmq"} {
 		n.Internal[db] = databaseOf(in.Spec, db).Mode != "external"
 	}
+	n.PostgreSQLReplication = in.Spec.Availability == config.AvailabilityHigh
 	for _, name := range sortedKeys(services) {
 		v := services[name]
 		if serviceUses(v, "mongodb") {

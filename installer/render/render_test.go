@@ -67,7 +67,7 @@ func yamlOf(t testing.TB, res *Result) []byte {
 	return b.Bytes()
 }
 
-var configs = []string{"minimal", "external-databases", "private-registry-large", "everything"}
+var configs = []string{"minimal", "external-databases", "private-registry-large", "everything", "high-availability"}
 
 // Golden files hold the whole rendered platform for three configurations.
 // Generated secret values never appear: the render holds none.

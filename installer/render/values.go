@@ -80,6 +80,7 @@ func globalValues(in *config.Installation) map[string]any {
 		dbs[name] = map[string]any{"external": false, "host": name, "port": port, "secretName": adminSecrets[name]}
 	}
 	return map[string]any{
+		"availability": s.Availability,
 		"platform": map[string]any{
 			"name":      in.Metadata.Name,
 			"version":   s.Version,
@@ -156,7 +157,7 @@ func configValues(in *config.Installation, rel *release.Release, c release.Compo
 }
 
 // componentValues layers one component's values: release < sizing profile
-// < configuration < the operator's values in onprem.yaml < --set. (The
+// < availability (spec.availability high's minimum replicas) < configuration < the operator's values in onprem.yaml < --set. (The
 // chart's own values.yaml lies beneath all of them, merged by Helm.)
 func componentValues(in *config.Installation, rel *release.Release, prof *sizing.Profile, c release.Component, global map[string]any, set map[string]map[string]any) (map[string]any, error) {
 	cfg, err := configValues(in, rel, c, global)
@@ -165,11 +166,16 @@ func componentValues(in *config.Installation, rel *release.Release, prof *sizing
 	}
 	v := sizing.Merge(nil, c.Values)
 	v = sizing.Merge(v, prof.Values(c.Name, c.Chart))
+	v = sizing.Merge(v, availabilityValues(in, c, v))
 	v = sizing.Merge(v, cfg)
 	if o, ok := in.Spec.Components[c.Name]; ok {
 		v = sizing.Merge(v, o.Values)
 	}
-	return sizing.Merge(v, set[c.Name]), nil
+	v = sizing.Merge(v, set[c.Name])
+	if err := checkAvailability(in, rel, c, v); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
 
 // serviceUses reads values.uses.<what> of a service component.

@@ -27,6 +27,7 @@ import (
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/installer/version"
 	"onprem.dev/onprem/preflight"
 )
@@ -313,6 +314,13 @@ var lists = []list{
 			return 0, err
 		}
 		return items(&o.EndpointSlices, l.Items, nil)
+	}},
+	{"endpoints", func(ctx context.Context, cl kubernetes.Interface, ns string, o *Objects) (int, error) {
+		l, err := cl.CoreV1().Endpoints(ns).List(ctx, metav1.ListOptions{LabelSelector: topology.ClusterLabel})
+		if err != nil {
+			return 0, err
+		}
+		return items(&o.Endpoints, l.Items, nil)
 	}},
 	{"ingresses", func(ctx context.Context, cl kubernetes.Interface, ns string, o *Objects) (int, error) {
 		l, err := cl.NetworkingV1().Ingresses(ns).List(ctx, metav1.ListOptions{})

@@ -89,15 +89,18 @@ type LogLimits struct {
 
 // Objects are one namespace's objects.
 type Objects struct {
-	Pods                   []corev1.Pod                   `json:"pods,omitempty"`
-	Deployments            []appsv1.Deployment            `json:"deployments,omitempty"`
-	StatefulSets           []appsv1.StatefulSet           `json:"statefulsets,omitempty"`
-	DaemonSets             []appsv1.DaemonSet             `json:"daemonsets,omitempty"`
-	ReplicaSets            []appsv1.ReplicaSet            `json:"replicasets,omitempty"`
-	Jobs                   []batchv1.Job                  `json:"jobs,omitempty"`
-	CronJobs               []batchv1.CronJob              `json:"cronjobs,omitempty"`
-	Services               []corev1.Service               `json:"services,omitempty"`
-	EndpointSlices         []discoveryv1.EndpointSlice    `json:"endpointslices,omitempty"`
+	Pods           []corev1.Pod                `json:"pods,omitempty"`
+	Deployments    []appsv1.Deployment         `json:"deployments,omitempty"`
+	StatefulSets   []appsv1.StatefulSet        `json:"statefulsets,omitempty"`
+	DaemonSets     []appsv1.DaemonSet          `json:"daemonsets,omitempty"`
+	ReplicaSets    []appsv1.ReplicaSet         `json:"replicasets,omitempty"`
+	Jobs           []batchv1.Job               `json:"jobs,omitempty"`
+	CronJobs       []batchv1.CronJob           `json:"cronjobs,omitempty"`
+	Services       []corev1.Service            `json:"services,omitempty"`
+	EndpointSlices []discoveryv1.EndpointSlice `json:"endpointslices,omitempty"`
+	// Endpoints are only those of a replicated database's own (Patroni's
+	// leader lock and synchronous standbys: installer/topology).
+	Endpoints              []corev1.Endpoints             `json:"endpoints,omitempty"`
 	Ingresses              []networkingv1.Ingress         `json:"ingresses,omitempty"`
 	NetworkPolicies        []networkingv1.NetworkPolicy   `json:"networkpolicies,omitempty"`
 	PersistentVolumeClaims []corev1.PersistentVolumeClaim `json:"persistentvolumeclaims,omitempty"`

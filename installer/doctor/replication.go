@@ -1,0 +1,83 @@
+package doctor
+
+import (
+	"fmt"
+
+	"onprem.dev/onprem/installer/topology"
+)
+
+// LagWarningBytes is the replication lag past which a replica is named: it
+// would need that much WAL before it could take over, and a synchronous
+// standby never trails that far.
+const LagWarningBytes = 64 << 20
+
+// replication judges a replicated database (spec.availability high) by its
+// topology: no primary is an error (writes stop), a member down or no
+// ready synchronous replica a warning (one more loss stops writes or loses
+// them), a replica far behind a warning.
+var replication = Analyzer{
+	ID:          "database-replication",
+	Description: "a replicated database (spec.availability high) has no primary, a member down, no synchronous replica ready, or a replica far behind",
+	Run: func(in *Input) []Finding {
+		ns := in.S.Meta.Namespace
+		objs := in.S.Objects(ns)
+		var out []Finding
+		for i := range objs.StatefulSets {
+			sts := &objs.StatefulSets[i]
+			if sts.Name != topology.PostgreSQL || sts.Spec.Template.Labels[topology.ClusterLabel] == "" {
+				continue
+			}
+			top := topology.FromObjects(sts, objs.Pods, objs.Endpoints)
+			var evidence []string
+			for _, m := range top.Members {
+				line := fmt.Sprintf("%s on node %s: %s", m.Name, orNone(m.Node), m.Role)
+				if m.State != "" {
+					line += ", " + m.State
+				}
+				if !m.Ready {
+					line += ", not ready"
+				}
+				if m.Synchronous {
+					line += ", synchronous"
+				}
+				if m.LagBytes != nil {
+					line += fmt.Sprintf(", %d bytes behind", *m.LagBytes)
+				}
+				evidence = append(evidence, line)
+			}
+			obj := object("StatefulSet", ns, sts.Name)
+			switch {
+			case top.Primary == "":
+				out = append(out, Finding{Severity: Error, Component: topology.PostgreSQL, Object: obj, Evidence: evidence,
+					Title: "PostgreSQL has no primary: every write fails until Patroni elects one",
+					Remediation: "a failover takes about 25 s by itself; if none of the members is a replica that runs (see the evidence), " +
+						"bring back the node of the last primary or its volume; the members' logs say why they do not take the lock (onprem support-bundle)"})
+				continue
+			case !top.Healthy():
+				out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: obj, Evidence: evidence,
+					Title: fmt.Sprintf("PostgreSQL runs with a member down (primary %s): %s", top.Primary, top.Summary()),
+					Remediation: "the platform serves; bring the member's node back (or drain and delete it, so that the member is scheduled elsewhere " +
+						"and clones the primary): the findings about its pod say why it is down"})
+			case !top.Quorum:
+				out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: obj, Evidence: evidence,
+					Title:       "PostgreSQL has no synchronous replica ready: losing the primary now would stop writes or lose the last ones",
+					Remediation: "Patroni picks a new synchronous replica within a few seconds; if this lasts, the replicas' logs say why they do not stream"})
+			}
+			for _, m := range top.Members {
+				if m.LagBytes != nil && *m.LagBytes > LagWarningBytes {
+					out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: object("Pod", ns, m.Name), Evidence: evidence,
+						Title:       fmt.Sprintf("PostgreSQL replica %s is %d MiB behind the primary", m.Name, *m.LagBytes>>20),
+						Remediation: "a replica that far behind cannot take over without losing time; check its node's disk and network (node-pressure, volume-full findings)"})
+				}
+			}
+		}
+		return out
+	},
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

@@ -1,0 +1,99 @@
+package doctor
+
+import (
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"onprem.dev/onprem/installer/topology"
+)
+
+func haMember(name, role string, ready bool, xlog string) corev1.Pod {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem",
+		Labels:      map[string]string{topology.ClusterLabel: topology.PostgreSQL, "onprem.dev/component": "postgresql"},
+		Annotations: map[string]string{"status": `{"state":"running","xlog_location":` + xlog + `}`}},
+		Spec: corev1.PodSpec{NodeName: "node-" + name[len(name)-1:]}}
+	if role != "" {
+		p.Labels[topology.RoleLabel] = role
+	}
+	p.Status.Phase = corev1.PodRunning
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	return p
+}
+
+func haSnapshot(ready int32, pods []corev1.Pod, leader, sync string) *Report {
+	s := base()
+	three := int32(3)
+	sts := appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "postgresql", Namespace: "onprem",
+		Labels: map[string]string{"onprem.dev/component": "postgresql"}}}
+	sts.Spec.Replicas = &three
+	sts.Spec.Template.Labels = map[string]string{topology.ClusterLabel: topology.PostgreSQL}
+	sts.Status.ReadyReplicas = ready
+	o := s.Namespaces["onprem"]
+	o.StatefulSets = []appsv1.StatefulSet{sts}
+	o.Pods = pods
+	lbl := map[string]string{topology.ClusterLabel: topology.PostgreSQL}
+	o.Endpoints = []corev1.Endpoints{
+		{ObjectMeta: metav1.ObjectMeta{Name: "postgresql", Labels: lbl, Annotations: map[string]string{"leader": leader, "optime": "200000000"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "postgresql-sync", Labels: lbl, Annotations: map[string]string{"sync_standby": sync}}},
+	}
+	return Analyze(s)
+}
+
+func TestReplicationFindings(t *testing.T) {
+	t.Run("healthy: nothing", func(t *testing.T) {
+		rep := haSnapshot(3, []corev1.Pod{
+			haMember("postgresql-0", "master", true, "200000000"),
+			haMember("postgresql-1", "replica", true, "200000000"),
+			haMember("postgresql-2", "replica", true, "199999000"),
+		}, "postgresql-0", "postgresql-1")
+		if f := only(t, rep, "database-replication"); len(f) != 0 {
+			t.Errorf("findings on a healthy cluster: %+v", f)
+		}
+		if f := only(t, rep, "database-down"); len(f) != 0 {
+			t.Errorf("database-down on a healthy cluster: %+v", f)
+		}
+	})
+	t.Run("a member down is a warning, not database-down", func(t *testing.T) {
+		rep := haSnapshot(2, []corev1.Pod{
+			haMember("postgresql-0", "master", false, "100"),
+			haMember("postgresql-1", "master", true, "200000000"),
+			haMember("postgresql-2", "replica", true, "200000000"),
+		}, "postgresql-1", "postgresql-2")
+		f := only(t, rep, "database-replication")
+		if len(f) != 1 || f[0].Severity != Warning || !holds(f[0], "member down (primary postgresql-1)", "postgresql-0 on node node-0: unknown, running, not ready") {
+			t.Errorf("findings: %+v", f)
+		}
+		if f := only(t, rep, "database-down"); len(f) != 0 {
+			t.Errorf("database-down with two members of three serving: %+v", f)
+		}
+	})
+	t.Run("no primary is an error", func(t *testing.T) {
+		rep := haSnapshot(2, []corev1.Pod{
+			haMember("postgresql-0", "", false, "100"),
+			haMember("postgresql-1", "replica", true, "100"),
+			haMember("postgresql-2", "replica", true, "100"),
+		}, "", "")
+		f := only(t, rep, "database-replication")
+		if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "no primary") || f[0].Remediation == "" {
+			t.Errorf("findings: %+v", f)
+		}
+	})
+	t.Run("a replica far behind", func(t *testing.T) {
+		rep := haSnapshot(3, []corev1.Pod{
+			haMember("postgresql-0", "master", true, "200000000"),
+			haMember("postgresql-1", "replica", true, "200000000"),
+			haMember("postgresql-2", "replica", true, "1000"),
+		}, "postgresql-0", "postgresql-1")
+		f := only(t, rep, "database-replication")
+		if len(f) != 1 || f[0].Severity != Warning || !holds(f[0], "postgresql-2 is 190 MiB behind") {
+			t.Errorf("findings: %+v", f)
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package render
+
+import (
+	"fmt"
+
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/sizing"
+)
+
+// MinHAReplicas is the fewest replicas a stateless component runs with
+// spec.availability high: one node can be lost, or drained, while another
+// replica serves.
+const MinHAReplicas = 2
+
+// PostgreSQLHAImage is the release image that runs PostgreSQL with
+// Patroni: the postgresql component's images.postgresqlHA.
+const PostgreSQLHAImage = "postgresql-ha"
+
+// AvailabilityError is a configuration that spec.availability high cannot
+// honour: a component given fewer replicas than high availability needs,
+// or a release without the images it needs.
+type AvailabilityError struct{ Msg string }
+
+func (e *AvailabilityError) Error() string { return e.Msg }
+
+// stateless reports whether a component is one of the replicated stateless
+// ones: the platform's services and the ingress controller.
+func stateless(c release.Component) bool {
+	return c.Chart == sizing.ServiceChart || c.Group == release.GroupIngress
+}
+
+// availabilityValues is spec.availability's layer over the sizing profile:
+// with high, every stateless component runs at least MinHAReplicas
+// (profiles that give more keep theirs). below is the layers under it.
+func availabilityValues(in *config.Installation, c release.Component, below map[string]any) map[string]any {
+	if in.Spec.Availability != config.AvailabilityHigh || !stateless(c) {
+		return nil
+	}
+	if r, ok := intValue(below["replicas"]); ok && r >= MinHAReplicas {
+		return nil
+	}
+	return map[string]any{"replicas": MinHAReplicas}
+}
+
+// checkAvailability refuses what the operator's own values or --set make
+// of a component that high availability cannot stand behind.
+func checkAvailability(in *config.Installation, rel *release.Release, c release.Component, values map[string]any) error {
+	if in.Spec.Availability != config.AvailabilityHigh {
+		return nil
+	}
+	if stateless(c) {
+		if r, ok := intValue(values["replicas"]); ok && r == 1 {
+			return &AvailabilityError{Msg: fmt.Sprintf(
+				"component %s: replicas is 1 (from spec.components.%s.values or --set %s.replicas), but spec.availability is high, "+
+					"which runs every stateless component on %d nodes or more: remove that value, set %d or more, or 0 to stop it",
+				c.Name, c.Name, c.Name, MinHAReplicas, MinHAReplicas)}
+		}
+	}
+	if c.Name == "postgresql" && c.Group == release.GroupInfrastructure {
+		if _, ok := c.Images["postgresqlHA"]; !ok {
+			return &AvailabilityError{Msg: fmt.Sprintf(
+				"spec.availability: high needs PostgreSQL with Patroni, and release %s's postgresql component names no %s image: "+
+					"install a release that has one ('onprem versions'), use spec.databases.postgresql.mode external, or set spec.availability single",
+				rel.Version, PostgreSQLHAImage)}
+		}
+	}
+	return nil
+}
+
+// intValue reads a number from Helm values (YAML and --set give int,
+// int64 or float64).
+func intValue(v any) (int, bool) {
+	switch n := v.(type) {
+	case int:
+		return n, true
+	case int64:
+		return int(n), true
+	case float64:
+		if n == float64(int(n)) {
+			return int(n), true
+		}
+	}
+	return 0, false
+}
+
+// DefaultPostgreSQLMembers is the postgresql chart's ha.replicas.
+const DefaultPostgreSQLMembers = 3
+
+// databaseMembers is how many pods database db runs: the members of a
+// replicated one, else 1.
+func databaseMembers(in *config.Installation, db string, values map[string]any) int {
+	if db != "postgresql" || in.Spec.Availability != config.AvailabilityHigh {
+		return 1
+	}
+	if ha, ok := values["ha"].(map[string]any); ok {
+		if n, ok := intValue(ha["replicas"]); ok && n > 0 {
+			return n
+		}
+	}
+	return DefaultPostgreSQLMembers
+}

@@ -1,0 +1,271 @@
+// Package topology reads how a replicated database of the platform stands,
+// from what its members publish in the cluster: which member is the
+// primary, which replicas follow it and how far behind, and whether enough
+// members run for it to fail over. Status, doctor, support bundles and the
+// engines' backups and restores all ask it, so that every operation acts on
+// the primary and every report names each member's role the same way.
+//
+// PostgreSQL with spec.availability high is a Patroni cluster
+// (charts/postgresql): each member's pod carries its role as the label
+// onprem.dev/postgresql-role and its state as Patroni's annotation
+// "status"; the leader lock is the Endpoints of the Service postgresql,
+// whose annotations hold the leader's name and WAL position, and
+// postgresql-sync's name the synchronous standby.
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Labels and names the postgresql chart gives its Patroni cluster.
+const (
+	// ClusterLabel selects the members of a Patroni cluster (its scope).
+	ClusterLabel = "onprem.dev/patroni-cluster"
+	// RoleLabel is where Patroni writes a member's role.
+	RoleLabel = "onprem.dev/postgresql-role"
+	// PostgreSQL is the scope of the platform's PostgreSQL cluster: the
+	// name of its Service, StatefulSet and leader Endpoints.
+	PostgreSQL = "postgresql"
+)
+
+// Roles of a member.
+const (
+	RolePrimary = "primary"
+	RoleReplica = "replica"
+	// RoleUnknown: the member publishes no role (starting, stopped, or its
+	// pod is on a node that is gone).
+	RoleUnknown = "unknown"
+)
+
+// Member is one instance of a replicated database.
+type Member struct {
+	Name string `json:"name"`
+	Node string `json:"node,omitempty"`
+	Role string `json:"role"`
+	// State is the engine's own word for it (Patroni: running, starting,
+	// stopped, creating replica, ...).
+	State string `json:"state,omitempty"`
+	// Ready is the pod's readiness as the kubelet last reported it.
+	Ready bool `json:"ready"`
+	// Synchronous: a commit waits for this replica.
+	Synchronous bool `json:"synchronous,omitempty"`
+	// LagBytes is how far a replica's received WAL trails the primary's
+	// (nil when either is unknown).
+	LagBytes *int64 `json:"lagBytes,omitempty"`
+	Timeline int    `json:"timeline,omitempty"`
+}
+
+// Topology is one replicated database.
+type Topology struct {
+	Engine string `json:"engine"`
+	// Replicated is false for a single instance (no failover).
+	Replicated bool `json:"replicated"`
+	// Desired is how many members the StatefulSet asks for.
+	Desired int      `json:"desired"`
+	Members []Member `json:"members"`
+	// Primary names the member that takes writes ("" when none does).
+	Primary string `json:"primary,omitempty"`
+	// Quorum: the database can lose its primary now and fail over with no
+	// acknowledged write lost: a primary is elected and a synchronous
+	// replica that has every commit is ready to take its place. (Patroni's
+	// leader lock lives in the Kubernetes API, so two primaries never
+	// coexist; what a second loss costs is the writes, or the service.)
+	Quorum bool `json:"quorum"`
+}
+
+// Healthy reports whether every desired member runs, with a primary.
+func (t *Topology) Healthy() bool {
+	if t.Primary == "" {
+		return false
+	}
+	running := 0
+	for _, m := range t.Members {
+		if m.Ready && m.Role != RoleUnknown {
+			running++
+		}
+	}
+	return running >= t.Desired
+}
+
+// Summary is one line for people: "primary postgresql-1, 2 replicas
+// (postgresql-0 sync, lag 0 B; postgresql-2, lag 16 KiB)".
+func (t *Topology) Summary() string {
+	if !t.Replicated {
+		return "single instance"
+	}
+	var parts []string
+	for _, m := range t.Members {
+		if m.Name == t.Primary {
+			continue
+		}
+		s := m.Name + " " + m.Role
+		if m.Synchronous {
+			s += " (synchronous)"
+		}
+		if m.LagBytes != nil {
+			s += fmt.Sprintf(", lag %s", bytesText(*m.LagBytes))
+		}
+		if !m.Ready {
+			s += ", not ready"
+		}
+		parts = append(parts, s)
+	}
+	head := "no primary"
+	if t.Primary != "" {
+		head = "primary " + t.Primary
+	}
+	if !t.Quorum {
+		head += ", no synchronous replica: losing the primary now stops writes or loses them"
+	}
+	if len(parts) == 0 {
+		return head
+	}
+	return head + "; " + strings.Join(parts, "; ")
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// patroniStatus is the part of Patroni's pod annotation "status" read here.
+type patroniStatus struct {
+	State    string `json:"state"`
+	Role     string `json:"role"`
+	XLog     *int64 `json:"xlog_location"`
+	Timeline int    `json:"timeline"`
+}
+
+// PostgreSQLCluster reads the platform's PostgreSQL in namespace: a Patroni
+// cluster when its pods carry the cluster label, else a single instance
+// (Replicated false).
+func PostgreSQLCluster(ctx context.Context, c kubernetes.Interface, namespace string) (*Topology, error) {
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: ClusterLabel + "=" + PostgreSQL})
+	if err != nil {
+		return nil, fmt.Errorf("reading PostgreSQL's members: %w", err)
+	}
+	sts, err := c.AppsV1().StatefulSets(namespace).Get(ctx, PostgreSQL, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		sts = nil
+	case err != nil:
+		return nil, fmt.Errorf("reading PostgreSQL's StatefulSet: %w", err)
+	}
+	eps, err := c.CoreV1().Endpoints(namespace).List(ctx, metav1.ListOptions{LabelSelector: ClusterLabel + "=" + PostgreSQL})
+	if err != nil {
+		return nil, fmt.Errorf("reading PostgreSQL's leader lock (Endpoints labelled %s=%s): %w", ClusterLabel, PostgreSQL, err)
+	}
+	return FromObjects(sts, pods.Items, eps.Items), nil
+}
+
+// FromObjects is PostgreSQL's topology from its StatefulSet (nil when
+// there is none), the pods and the Endpoints of namespace that carry
+// ClusterLabel (what PostgreSQLCluster reads live, and what a support
+// bundle holds).
+func FromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []corev1.Endpoints) *Topology {
+	t := &Topology{Engine: "postgresql"}
+	if sts != nil && sts.Spec.Replicas != nil {
+		t.Desired = int(*sts.Spec.Replicas)
+	}
+	var members []corev1.Pod
+	for _, p := range pods {
+		if p.Labels[ClusterLabel] == PostgreSQL {
+			members = append(members, p)
+		}
+	}
+	if len(members) == 0 && (sts == nil || sts.Spec.Template.Labels[ClusterLabel] == "") {
+		return t
+	}
+	t.Replicated = true
+
+	// The leader lock: Endpoints postgresql (annotations leader, optime);
+	// the synchronous standbys: postgresql-sync (sync_standby, a comma-
+	// separated list).
+	var leader string
+	var leaderXLog *int64
+	var sync []string
+	for _, ep := range endpoints {
+		switch ep.Name {
+		case PostgreSQL:
+			leader = ep.Annotations["leader"]
+			var n int64
+			if _, err := fmt.Sscan(ep.Annotations["optime"], &n); err == nil {
+				leaderXLog = &n
+			}
+		case PostgreSQL + "-sync":
+			for _, n := range strings.Split(ep.Annotations["sync_standby"], ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					sync = append(sync, n)
+				}
+			}
+		}
+	}
+	slices.SortFunc(members, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	statuses := make([]patroniStatus, len(members))
+	for i, p := range members {
+		if s := p.Annotations["status"]; s != "" {
+			_ = json.Unmarshal([]byte(s), &statuses[i]) // a member that wrote no readable status has an unknown state
+		}
+		if p.Name == leader && statuses[i].XLog != nil && (leaderXLog == nil || *statuses[i].XLog > *leaderXLog) {
+			leaderXLog = statuses[i].XLog
+		}
+	}
+	for i := range members {
+		p, st := &members[i], statuses[i]
+		m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: RoleUnknown, Ready: podReady(p), State: st.State, Timeline: st.Timeline}
+		switch p.Labels[RoleLabel] {
+		case "master", "primary":
+			m.Role = RolePrimary
+		case "replica", "sync_standby":
+			m.Role = RoleReplica
+		}
+		switch {
+		case m.Role == RolePrimary && leader != "" && p.Name != leader:
+			// The label of a primary that lost the lock and could not say
+			// so (its node is gone): not what it claims.
+			m.Role = RoleUnknown
+		case m.Role == RolePrimary:
+			t.Primary = p.Name
+		}
+		m.Synchronous = slices.Contains(sync, p.Name)
+		if m.Role == RoleReplica && leaderXLog != nil && st.XLog != nil {
+			m.LagBytes = ptr(max(0, *leaderXLog-*st.XLog))
+		}
+		t.Members = append(t.Members, m)
+	}
+	for _, m := range t.Members {
+		if m.Synchronous && m.Role == RoleReplica && m.Ready {
+			t.Quorum = t.Primary != ""
+		}
+	}
+	return t
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,137 @@
+package topology
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func member(name, node, role, status string, ready bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem",
+		Labels:      map[string]string{ClusterLabel: PostgreSQL},
+		Annotations: map[string]string{}}}
+	if role != "" {
+		p.Labels[RoleLabel] = role
+	}
+	if status != "" {
+		p.Annotations["status"] = status
+	}
+	p.Spec.NodeName = node
+	p.Status.Phase = corev1.PodRunning
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	return p
+}
+
+func haSet(replicas int32) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: PostgreSQL, Namespace: "onprem"}}
+	s.Spec.Replicas = &replicas
+	s.Spec.Template.Labels = map[string]string{ClusterLabel: PostgreSQL}
+	return s
+}
+
+func lock(name string, annotations map[string]string) *corev1.Endpoints {
+	return &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem",
+		Labels: map[string]string{ClusterLabel: PostgreSQL}, Annotations: annotations}}
+}
+
+func TestPostgreSQLClusterHealthy(t *testing.T) {
+	c := fake.NewClientset(
+		haSet(3),
+		member("postgresql-0", "n0", "replica", `{"state":"running","role":"replica","xlog_location":1000,"timeline":2}`, true),
+		member("postgresql-1", "n1", "master", `{"state":"running","role":"master","xlog_location":5096,"timeline":2}`, true),
+		member("postgresql-2", "n2", "replica", `{"state":"running","role":"replica","xlog_location":5096,"timeline":2}`, true),
+		lock("postgresql", map[string]string{"leader": "postgresql-1", "optime": "5096"}),
+		lock("postgresql-sync", map[string]string{"leader": "postgresql-1", "sync_standby": "postgresql-2"}),
+	)
+	top, err := PostgreSQLCluster(context.Background(), c, "onprem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !top.Replicated || top.Desired != 3 || top.Primary != "postgresql-1" || !top.Quorum || !top.Healthy() {
+		t.Fatalf("topology = %+v", top)
+	}
+	byName := map[string]Member{}
+	for _, m := range top.Members {
+		byName[m.Name] = m
+	}
+	if m := byName["postgresql-0"]; m.Role != RoleReplica || m.LagBytes == nil || *m.LagBytes != 4096 || m.Synchronous || m.Node != "n0" {
+		t.Errorf("postgresql-0 = %+v", m)
+	}
+	if m := byName["postgresql-2"]; !m.Synchronous || m.LagBytes == nil || *m.LagBytes != 0 {
+		t.Errorf("postgresql-2 = %+v", m)
+	}
+	want := "primary postgresql-1; postgresql-0 replica, lag 4.0 KiB; postgresql-2 replica (synchronous), lag 0 B"
+	if got := top.Summary(); got != want {
+		t.Errorf("summary:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestPostgreSQLClusterDegraded(t *testing.T) {
+	cases := []struct {
+		name    string
+		objects []runtime.Object
+		primary string
+		quorum  bool
+		healthy bool
+		says    []string
+	}{
+		{"the synchronous standby's node is lost", []runtime.Object{haSet(3),
+			member("postgresql-0", "n0", "master", `{"state":"running"}`, true),
+			member("postgresql-1", "n1", "replica", `{"state":"running"}`, false),
+			member("postgresql-2", "n2", "replica", `{"state":"running"}`, true),
+			lock("postgresql", map[string]string{"leader": "postgresql-0"}),
+			lock("postgresql-sync", map[string]string{"sync_standby": "postgresql-1"}),
+		}, "postgresql-0", false, false, []string{"no synchronous replica", "postgresql-1 replica (synchronous), not ready"}},
+		{"no primary during a failover", []runtime.Object{haSet(3),
+			member("postgresql-0", "n0", "", ``, false),
+			member("postgresql-1", "n1", "replica", `{"state":"running"}`, true),
+			member("postgresql-2", "n2", "replica", `{"state":"running"}`, true),
+		}, "", false, false, []string{"no primary", "postgresql-0 unknown, not ready"}},
+		{"a stale master label on a member the lock does not name", []runtime.Object{haSet(3),
+			member("postgresql-0", "n0", "master", `{"state":"running"}`, false),
+			member("postgresql-1", "n1", "master", `{"state":"running"}`, true),
+			member("postgresql-2", "n2", "replica", `{"state":"running"}`, true),
+			lock("postgresql", map[string]string{"leader": "postgresql-1"}),
+			lock("postgresql-sync", map[string]string{"sync_standby": "postgresql-2"}),
+		}, "postgresql-1", true, false, []string{"primary postgresql-1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			top, err := PostgreSQLCluster(context.Background(), fake.NewClientset(tc.objects...), "onprem")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if top.Primary != tc.primary || top.Quorum != tc.quorum || top.Healthy() != tc.healthy {
+				t.Errorf("primary %q quorum %v healthy %v, want %q %v %v: %s", top.Primary, top.Quorum, top.Healthy(), tc.primary, tc.quorum, tc.healthy, top.Summary())
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(top.Summary(), s) {
+					t.Errorf("summary %q does not say %q", top.Summary(), s)
+				}
+			}
+		})
+	}
+}
+
+func TestPostgreSQLSingleInstance(t *testing.T) {
+	one := int32(1)
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: PostgreSQL, Namespace: "onprem"}}
+	sts.Spec.Replicas = &one
+	top, err := PostgreSQLCluster(context.Background(), fake.NewClientset(sts), "onprem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top.Replicated || top.Summary() != "single instance" {
+		t.Errorf("topology = %+v (%s)", top, top.Summary())
+	}
+}

@@ -1,0 +1,194 @@
+package preflight
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/topology"
+)
+
+const availabilityID = "availability"
+
+// MinHANodes is how many schedulable nodes spec.availability high needs:
+// PostgreSQL's three members each on a node of their own, so that losing
+// one node loses one member.
+const MinHANodes = 3
+
+// ZoneLabel is the well-known label of a node's zone.
+const ZoneLabel = "topology.kubernetes.io/zone"
+
+// nodeLocalProvisioners make volumes that live on one node's disk: with
+// volumeBindingMode Immediate they are placed before the pod that needs
+// them, which can pin two members of a database to one node or to a node
+// that their spread rules exclude.
+var nodeLocalProvisioners = []string{
+	"kubernetes.io/no-provisioner", "rancher.io/local-path", "openebs.io/local",
+	"topolvm.io", "local.csi.openebs.io", "lvm.csi.metal-stack.io",
+}
+
+// availabilityCheck: spec.availability high has the nodes and storage it
+// needs to lose a node and keep serving.
+func availabilityCheck() Check {
+	return Check{
+		ID:       availabilityID,
+		Title:    "with spec.availability high: three schedulable nodes or more (a warning when all are in one zone), and volumes that can be placed on each member's node; and spec.availability as installed (single and high do not yet turn into each other in place)",
+		Severity: Blocking,
+		Run:      runAvailability,
+	}
+}
+
+func runAvailability(ctx context.Context, env *Env) Outcome {
+	if out, ok := requireEnv(env, Blocking, "cluster", "installation", "rendered"); !ok {
+		return out
+	}
+	in := env.Installation
+	if out, bad := availabilityChange(ctx, env); bad {
+		return out
+	}
+	if in.Spec.Availability != config.AvailabilityHigh {
+		return Passed("spec.availability is %s: nothing to check", orDefault(in.Spec.Availability, config.DefaultAvailability))
+	}
+	cs := env.Cluster.Client
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return cannotRun(Blocking, availabilityID, "list nodes", err)
+	}
+	var usable []*corev1.Node
+	var excluded []string
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if why := nodeExclusion(n, in.Spec.Placement); why != "" {
+			excluded = append(excluded, n.Name+" ("+why+")")
+			continue
+		}
+		usable = append(usable, n)
+	}
+	sort.Strings(excluded)
+	if len(usable) < MinHANodes {
+		msg := fmt.Sprintf("spec.availability is high, which needs %d schedulable nodes or more (one per PostgreSQL member, so that losing a node loses one), and the platform's pods can run on %d",
+			MinHANodes, len(usable))
+		if len(excluded) > 0 {
+			msg += "; excluded: " + clusterList(excluded, 5)
+		}
+		return Outcome{Result: Fail, Message: msg, Details: excluded,
+			Remediation: fmt.Sprintf("add nodes until %d can run the platform (or uncordon them, or widen spec.placement), or set spec.availability: single", MinHANodes)}
+	}
+
+	if out, bad := haStorage(ctx, env); bad {
+		return out
+	}
+
+	zones := map[string][]string{}
+	for _, n := range usable {
+		zones[n.Labels[ZoneLabel]] = append(zones[n.Labels[ZoneLabel]], n.Name)
+	}
+	if len(zones) < 2 {
+		where := "carry no zone label (" + ZoneLabel + ")"
+		for z := range zones {
+			if z != "" {
+				where = "are in zone " + z
+			}
+		}
+		return Outcome{Result: Warn,
+			Message:     fmt.Sprintf("the %d schedulable nodes %s: losing a node is survived, losing the zone is not", len(usable), where),
+			Remediation: "for zone failures, add nodes in other zones and label them " + ZoneLabel + " (the platform spreads over zones by itself); otherwise nothing to do"}
+	}
+	names := make([]string, 0, len(zones))
+	for z := range zones {
+		names = append(names, fmt.Sprintf("%s (%d)", orDefault(z, "no zone label"), len(zones[z])))
+	}
+	sort.Strings(names)
+	return Passed("%d schedulable nodes in %d zones: %s", len(usable), len(zones), strings.Join(names, ", "))
+}
+
+// availabilityChange fails when the installed PostgreSQL is a single
+// server and the configuration asks for a replicated one, or the other way
+// round: the StatefulSet cannot turn into the other in place (its first
+// member would have to adopt the data while the others wait, which the
+// StatefulSet's ordering does not allow), and trying would leave the
+// Service postgresql without a server.
+func availabilityChange(ctx context.Context, env *Env) (Outcome, bool) {
+	in := env.Installation
+	if in.Spec.Databases.PostgreSQL.Mode == config.DatabaseModeExternal {
+		return Outcome{}, false
+	}
+	ns := platformNamespace(env)
+	sts, err := env.Cluster.Client.AppsV1().StatefulSets(ns).Get(ctx, topology.PostgreSQL, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Outcome{}, false
+	}
+	if err != nil {
+		return cannotRun(Blocking, availabilityID, "read StatefulSet "+ns+"/"+topology.PostgreSQL, err), true
+	}
+	replicated := sts.Spec.Template.Labels[topology.ClusterLabel] != ""
+	want := in.Spec.Availability == config.AvailabilityHigh
+	if replicated == want {
+		return Outcome{}, false
+	}
+	from, to := "a single server (spec.availability single)", "a replicated cluster (high)"
+	if replicated {
+		from, to = "a replicated Patroni cluster (spec.availability high)", "a single server (single)"
+	}
+	return Outcome{Result: Fail,
+		Message: fmt.Sprintf("the installed PostgreSQL (StatefulSet %s/%s) is %s and the configuration asks for %s: onprem does not yet change one into the other in place",
+			ns, topology.PostgreSQL, from, to),
+		Remediation: "keep spec.availability as installed; to change it, back up (onprem backup create), install with the new spec.availability into an empty namespace or cluster and restore the backup there (onprem restore --force): docs/availability.md"}, true
+}
+
+// haStorage fails when a replicated database's volumes would come from a
+// StorageClass that binds node-local volumes before scheduling.
+func haStorage(ctx context.Context, env *Env) (Outcome, bool) {
+	for _, cl := range renderedClaims(env) {
+		if cl.Component != "postgresql" {
+			continue
+		}
+		var sc *storagev1.StorageClass
+		if cl.Class != nil && *cl.Class != "" {
+			got, err := env.Cluster.Client.StorageV1().StorageClasses().Get(ctx, *cl.Class, metav1.GetOptions{})
+			if err != nil {
+				continue // the storage check names a missing class
+			}
+			sc = got
+		} else if cl.Class == nil {
+			list, err := env.Cluster.Client.StorageV1().StorageClasses().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return cannotRun(Blocking, availabilityID, "list StorageClasses", err), true
+			}
+			for i := range list.Items {
+				if isDefaultClass(&list.Items[i]) {
+					sc = &list.Items[i]
+				}
+			}
+		}
+		if sc == nil {
+			continue
+		}
+		immediate := sc.VolumeBindingMode == nil || *sc.VolumeBindingMode == storagev1.VolumeBindingImmediate
+		local := false
+		for _, p := range nodeLocalProvisioners {
+			local = local || sc.Provisioner == p
+		}
+		if immediate && local {
+			return Outcome{Result: Fail,
+				Message: fmt.Sprintf("PostgreSQL's members (%s) get their volumes from StorageClass %s, whose volumes live on one node and are placed before the pods (volumeBindingMode Immediate): two members may be tied to one node, or to a node their spread excludes",
+					cl.Object, describeClass(sc)),
+				Remediation: fmt.Sprintf("use a StorageClass with volumeBindingMode: WaitForFirstConsumer (or network storage) through %s", classField(env.Installation, "postgresql"))}, true
+		}
+	}
+	return Outcome{}, false
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
