@@ -17,6 +17,7 @@ import (
 	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/preflight"
 )
 
@@ -264,5 +265,33 @@ func TestAttachmentsPage(t *testing.T) {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("the runners and runtimes page lacks %q (%d)", want, code)
 		}
+	}
+}
+
+// With a replicated PostgreSQL the overview lists its members, their roles,
+// nodes and lag, and says in a banner when no synchronous replica is ready.
+func TestOverviewShowsReplicatedDatabases(t *testing.T) {
+	src := healthy()
+	lag := int64(4096)
+	src.status.Databases = []*topology.Topology{{Engine: "postgresql", Replicated: true, Desired: 3, Primary: "postgresql-1",
+		Members: []topology.Member{
+			{Name: "postgresql-0", Node: "node-a", Role: topology.RoleUnknown, Ready: false},
+			{Name: "postgresql-1", Node: "node-b", Role: topology.RolePrimary, State: "running", Ready: true},
+			{Name: "postgresql-2", Node: "node-c", Role: topology.RoleReplica, State: "running", Ready: true, Synchronous: false, LagBytes: &lag},
+		}}}
+	srv, c := start(t, src)
+	code, body, _ := get(t, c, srv.URL+"/login?token="+token)
+	if code != http.StatusOK {
+		t.Fatalf("overview: %d", code)
+	}
+	for _, want := range []string{`<h2 id="databases">`, "<td>postgresql-1</td><td>primary</td><td>node-b</td>", "<td>postgresql-0</td><td>unknown</td><td>node-a</td><td> (not ready)</td>",
+		"<td>4096</td>", `role="alert">primary postgresql-1, no synchronous replica`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	src.status.Databases = nil
+	if _, body, _ := get(t, c, srv.URL+"/"); strings.Contains(body, `id="databases"`) {
+		t.Error("a databases section without a replicated database")
 	}
 }
