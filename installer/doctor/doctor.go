@@ -103,7 +103,7 @@ func All() []Analyzer {
 	return []Analyzer{
 		imagePull, crashLoop, oomKilled, podPending, pvcPending, volumeFull, jobFailed, databaseDown,
 		ingress, certificateExpiry, staleLock, lastOperation, nodePressure, releaseFailed,
-		componentUnavailable, attachments, preflightChecks,
+		componentUnavailable, drift, attachments, preflightChecks,
 	}
 }
 

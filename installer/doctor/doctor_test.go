@@ -144,3 +144,24 @@ func leaseOf(holder string, renewed metav1.MicroTime) coordinationv1.Lease {
 	return coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: state.LeaseName},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &d, RenewTime: &renewed}}
 }
+
+// Drift is a warning per component that names every drifted object and
+// says that 'onprem install' reverts it; a component compared without
+// drift, or that could not be compared, is not a finding.
+func TestDriftFinding(t *testing.T) {
+	s := base()
+	s.Drift = []snapshot.Drift{
+		{Component: "gitops-ui", Objects: []string{"Deployment/gitops-ui image", "Service/gitops-ui (deleted)"}},
+		{Component: "gitops-api"},
+		{Component: "redis", Error: "forbidden"},
+	}
+	got := only(t, Analyze(s), "drift")
+	if len(got) != 1 {
+		t.Fatalf("drift findings: %+v", got)
+	}
+	f := got[0]
+	if f.Severity != Warning || f.Component != "gitops-ui" || !holds(f, "drifted: Deployment/gitops-ui image", "drifted: Service/gitops-ui (deleted)") ||
+		!strings.Contains(f.Remediation, "onprem install") {
+		t.Errorf("drift finding: %+v", f)
+	}
+}
