@@ -226,6 +226,18 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 
+	// The drift check's lists are read at once, while the first
+	// components apply, not one dependency level after the other.
+	prefetched := make(chan struct{})
+	if pf, ok := o.Drift.(prefetcher); ok {
+		go func() {
+			defer close(prefetched)
+			pf.Prefetch(ctx, res.Components)
+		}()
+	} else {
+		close(prefetched)
+	}
+
 	var (
 		mu      sync.Mutex
 		failed  bool
@@ -278,6 +290,7 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 		}(j)
 	}
 	wg.Wait()
+	<-prefetched
 
 	report := &Report{Elapsed: time.Since(start)}
 	var failedNames []string
@@ -347,6 +360,12 @@ func isNamespace(o *unstructured.Unstructured) bool {
 	return o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1"
 }
 
+// prefetcher is a DriftChecker that can read what it needs ahead
+// (installer/diff's Checker).
+type prefetcher interface {
+	Prefetch(ctx context.Context, comps []*render.Component)
+}
+
 // NewDriftChecker compares components of namespace with the cluster of
 // getter (installer/diff).
 func NewDriftChecker(getter genericclioptions.RESTClientGetter, namespace string) (*diff.Checker, error) {
@@ -354,6 +373,10 @@ func NewDriftChecker(getter genericclioptions.RESTClientGetter, namespace string
 	if err != nil {
 		return nil, err
 	}
+	// A check reads one list per kind, at once: never fewer requests
+	// than kube.Connect's installer limits allow (client-go's defaults,
+	// 5 a second, would make a converged re-run wait for them).
+	cfg.QPS, cfg.Burst = max(cfg.QPS, kube.DefaultQPS), max(cfg.Burst, kube.DefaultBurst)
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

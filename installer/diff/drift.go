@@ -107,6 +107,33 @@ type listing struct {
 
 var hpaResource = schema.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"}
 
+// Prefetch reads, all at once, the lists that checking comps will read (one
+// per kind and namespace of their objects, and the autoscalers), so that
+// components checked one after the other in dependency order do not each
+// wait for their own. It returns when every list is read; errors are kept
+// for the checks (an object of a list that could not be read is read
+// alone).
+func (c *Checker) Prefetch(ctx context.Context, comps []*render.Component) {
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = c.autoscaled(ctx) })
+	seen := map[listKey]bool{}
+	for _, comp := range comps {
+		for _, obj := range comp.Objects {
+			if isNamespace(obj) {
+				continue
+			}
+			k, err := c.keyOf(obj)
+			if err != nil || seen[k] {
+				continue
+			}
+			seen[k] = true
+			l := c.listing(k)
+			wg.Go(func() { l.once.Do(func() { l.items, l.err = c.list(ctx, k) }) })
+		}
+	}
+	wg.Wait()
+}
+
 // Drift returns the objects of component c that have drifted (in the
 // order of its objects). c's objects are as rendered, or as its Helm
 // release holds them; c.Name is its release.
@@ -181,9 +208,23 @@ func (c *Checker) ForCluster(ctx context.Context, comp *render.Component) (*rend
 }
 
 // scaledBy reports whether a HorizontalPodAutoscaler of the object's
-// namespace scales it. A cluster without the autoscaling/v2 API, or a
-// user who may not list autoscalers, has none that onprem can see.
+// namespace scales it.
 func (c *Checker) scaledBy(ctx context.Context, obj *unstructured.Unstructured) (bool, error) {
+	targets, err := c.autoscaled(ctx)
+	if err != nil {
+		return false, err
+	}
+	if ns := obj.GetNamespace(); ns != "" && ns != c.namespace {
+		return false, nil
+	}
+	return targets[obj.GetKind()+"/"+obj.GetName()] != nil, nil
+}
+
+// autoscaled returns the HorizontalPodAutoscalers of the namespace by
+// their target (Kind/name), read once. A cluster without the
+// autoscaling/v2 API, or a user who may not list autoscalers, has none
+// that onprem can see.
+func (c *Checker) autoscaled(ctx context.Context) (map[string]*unstructured.Unstructured, error) {
 	c.mu.Lock()
 	if c.scaled == nil {
 		c.scaled = &listing{}
@@ -206,14 +247,7 @@ func (c *Checker) scaledBy(ctx context.Context, obj *unstructured.Unstructured) 
 			l.items[kind+"/"+name] = h
 		}
 	})
-	if l.err != nil {
-		return false, l.err
-	}
-	ns := obj.GetNamespace()
-	if ns != "" && ns != c.namespace {
-		return false, nil
-	}
-	return l.items[obj.GetKind()+"/"+obj.GetName()] != nil, nil
+	return l.items, l.err
 }
 
 // object judges one object (as applied, with Helm's metadata).
@@ -251,25 +285,11 @@ func (c *Checker) object(ctx context.Context, obj *unstructured.Unstructured) (*
 // the list of its resource, or read alone when the list could not be read
 // or does not have it (made since).
 func (c *Checker) live(ctx context.Context, obj *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	gvk := obj.GroupVersionKind()
-	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	k, err := c.keyOf(obj)
 	if err != nil {
-		return nil, fmt.Errorf("the cluster does not know %s: %w", gvk, err)
+		return nil, err
 	}
-	k := listKey{gvr: m.Resource}
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		k.ns = obj.GetNamespace()
-		if k.ns == "" {
-			k.ns = c.namespace
-		}
-	}
-	c.mu.Lock()
-	l := c.listings[k]
-	if l == nil {
-		l = &listing{}
-		c.listings[k] = l
-	}
-	c.mu.Unlock()
+	l := c.listing(k)
 	l.once.Do(func() { l.items, l.err = c.list(ctx, k) })
 	if o := l.items[obj.GetName()]; o != nil {
 		return o, nil
@@ -286,6 +306,34 @@ func (c *Checker) live(ctx context.Context, obj *unstructured.Unstructured) (*un
 		return nil, fmt.Errorf("reading it: %w", err)
 	}
 	return o, nil
+}
+
+// keyOf names the list obj is in.
+func (c *Checker) keyOf(obj *unstructured.Unstructured) (listKey, error) {
+	gvk := obj.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return listKey{}, fmt.Errorf("the cluster does not know %s: %w", gvk, err)
+	}
+	k := listKey{gvr: m.Resource}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		k.ns = obj.GetNamespace()
+		if k.ns == "" {
+			k.ns = c.namespace
+		}
+	}
+	return k, nil
+}
+
+func (c *Checker) listing(k listKey) *listing {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.listings[k]
+	if l == nil {
+		l = &listing{}
+		c.listings[k] = l
+	}
+	return l
 }
 
 func (c *Checker) list(ctx context.Context, k listKey) (map[string]*unstructured.Unstructured, error) {
