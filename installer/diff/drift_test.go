@@ -40,77 +40,45 @@ spec:
 func TestChangedFields(t *testing.T) {
 	for _, c := range []struct {
 		name   string
-		change string // YAML of the live object
+		change func(live map[string]any)
 		want   []string
 	}{
-		{"image", `
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: gitops-ui, labels: {app: gitops-ui}}
-spec:
-  replicas: 1
-  template:
-    metadata: {labels: {app: gitops-ui}}
-    spec:
-      containers:
-      - name: gitops-ui
-        image: quay.io/codefresh/gitops-ui:9.9.9-nope
-        env: [{name: A, value: "1"}, {name: B, value: "2"}]
-        resources: {requests: {cpu: 100m}}
-`, []string{"image"}},
-		{"env value, replicas and a pod label", `
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: gitops-ui, labels: {app: gitops-ui}}
-spec:
-  replicas: 3
-  template:
-    metadata: {labels: {app: gitops-ui, extra: "x"}}
-    spec:
-      containers:
-      - name: gitops-ui
-        image: quay.io/codefresh/gitops-ui:2.8.0
-        env: [{name: B, value: "2"}, {name: A, value: "changed"}]
-        resources: {requests: {cpu: 100m}}
-`, []string{"replicas", "pod labels", "env"}},
-		{"a label of the object", `
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: gitops-ui, labels: {app: other}}
-spec:
-  replicas: 1
-  template:
-    metadata: {labels: {app: gitops-ui}}
-    spec:
-      containers:
-      - name: gitops-ui
-        image: quay.io/codefresh/gitops-ui:2.8.0
-        env: [{name: A, value: "1"}, {name: B, value: "2"}]
-        resources: {requests: {cpu: 100m}}
-`, []string{"labels"}},
+		{"image", func(live map[string]any) {
+			cs, _, _ := unstructured.NestedSlice(live, "spec", "template", "spec", "containers")
+			cs[0].(map[string]any)["image"] = "quay.io/codefresh/gitops-ui:9.9.9-nope"
+			_ = unstructured.SetNestedSlice(live, cs, "spec", "template", "spec", "containers")
+		}, []string{"image"}},
+		{"env value, replicas and a pod label", func(live map[string]any) {
+			cs, _, _ := unstructured.NestedSlice(live, "spec", "template", "spec", "containers")
+			c := cs[0].(map[string]any)
+			c["env"] = []any{map[string]any{"name": "B", "value": "2"}, map[string]any{"name": "A", "value": "changed"}}
+			_ = unstructured.SetNestedSlice(live, cs, "spec", "template", "spec", "containers")
+			_ = unstructured.SetNestedField(live, int64(3), "spec", "replicas")
+			_ = unstructured.SetNestedField(live, "x", "spec", "template", "metadata", "labels", "extra")
+		}, []string{"replicas", "pod labels", "env"}},
+		{"a label of the object", func(live map[string]any) {
+			_ = unstructured.SetNestedField(live, "other", "metadata", "labels", "app")
+		}, []string{"labels"}},
 	} {
-		got := changedFields(obj(t, c.change).Object, obj(t, deployment).Object)
+		live := obj(t, deployment).Object
+		c.change(live)
+		got := changedFields(live, obj(t, deployment).Object)
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
-	np := `
+	np := obj(t, `
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: gitops-ui}
 spec:
   podSelector: {matchLabels: {app: gitops-ui}}
   ingress: [{from: [{podSelector: {matchLabels: {app: ingress}}}]}]
-`
-	opened := `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: gitops-ui}
-spec:
-  podSelector: {matchLabels: {app: gitops-ui}}
-  ingress: [{from: [{podSelector: {matchLabels: {app: ingress}}}]}, {}]
-`
-	if got := changedFields(obj(t, opened).Object, obj(t, np).Object); !reflect.DeepEqual(got, []string{"ingress"}) {
+`)
+	opened := np.DeepCopy()
+	rules, _, _ := unstructured.NestedSlice(opened.Object, "spec", "ingress")
+	_ = unstructured.SetNestedSlice(opened.Object, append(rules, map[string]any{}), "spec", "ingress")
+	if got := changedFields(opened.Object, np.Object); !reflect.DeepEqual(got, []string{"ingress"}) {
 		t.Errorf("a NetworkPolicy opened to everyone: %v", got)
 	}
 	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: x}\n"
