@@ -584,8 +584,8 @@ func dependencyLevels(names []string, st *state.State) [][]string {
 	return levels
 }
 
-// Record writes each applied component's release into the state (install
-// and upgrade share it).
+// Record writes each applied component's release into the state, and what
+// was repaired into the running operation (install and upgrade share it).
 func Record(st *state.State, res *render.Result, rep *apply.Report) {
 	if st.Components == nil {
 		st.Components = map[string]state.Component{}
@@ -595,6 +595,11 @@ func Record(st *state.State, res *render.Result, rep *apply.Report) {
 		c := res.Component(r.Name)
 		if c == nil || r.Action == apply.Skipped {
 			continue
+		}
+		if op := st.Current(); op != nil && r.Action != apply.Failed {
+			for _, d := range r.Repaired {
+				op.Repaired = append(op.Repaired, r.Name+": "+d)
+			}
 		}
 		prev := st.Components[r.Name]
 		sc := state.Component{Chart: c.Chart, ChartVersion: c.ChartVersion, Release: r.Name, Revision: r.Revision,

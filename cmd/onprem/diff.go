@@ -20,7 +20,9 @@ func newDiffCmd() *cobra.Command {
 of each live object against what applying the desired one would make of it
 (a server-side dry run, so server defaults do not show as changes), new
 objects, and objects the new release would remove. Secret values never
-appear. Nothing is changed.
+appear. Nothing is changed. It is the comparison 'onprem install' makes
+before it leaves a component alone: with an unchanged onprem.yaml, what it
+shows is drift that install reverts (see 'onprem install --help').
 
 Exit code 0 whether or not there are differences; -o json for scripts.`,
 		Example: `  onprem diff -c onprem.yaml

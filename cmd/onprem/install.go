@@ -36,7 +36,16 @@ provisioning, services), independent ones in parallel, each a Helm release
 waited for until ready.
 
 Running it again with the same configuration changes nothing; a changed
-value upgrades only the components it affects. Only one onprem works on an
+value upgrades only the components it affects. It converges on what runs,
+not on what Helm last stored: a component whose live objects differ from
+onprem's in a field onprem sets (an image or an environment variable
+changed by hand, replicas scaled without an autoscaler, a Service or
+ConfigMap deleted, a NetworkPolicy edited) is applied again, and the result
+names each object and what was reverted ("repaired: Deployment/gitops-ui
+image"). Fields onprem does not set are left alone: labels and annotations
+others add, fields other controllers own (a HorizontalPodAutoscaler's
+replicas), a 'kubectl rollout restart'. 'onprem status' shows such drift
+without changing anything. Only one onprem works on an
 installation at a time: a second one waits (--lock-wait), then fails naming
 the holder. The result is recorded in the cluster (Secret onprem-state), so
 'onprem status' shows it from any machine.
@@ -102,6 +111,9 @@ func printInstall(w io.Writer, res *action.InstallResult) {
 	verb := "installed"
 	if res.DryRun {
 		verb = "validated (dry run, nothing changed)"
+	}
+	for _, r := range res.Repaired() {
+		fmt.Fprintf(w, "repaired: %s\n", r)
 	}
 	fmt.Fprintf(w, "platform %s %s in namespace %s (%s)\n", res.Version, verb, res.Namespace, round(res.Elapsed))
 	if s := res.Secrets; s != nil && len(s.Created) > 0 {

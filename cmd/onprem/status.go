@@ -53,6 +53,24 @@ func printBackupStatus(w io.Writer, b *action.BackupStatus) {
 
 const timeFormat = "2006-01-02 15:04:05 MST"
 
+// printDrift names each component's live objects that differ from its
+// release, and says how to revert them.
+func printDrift(w io.Writer, cs []action.ComponentStatus) {
+	n := 0
+	for _, c := range cs {
+		for _, d := range c.Drift {
+			fmt.Fprintf(w, "%s drifted: %s\n", c.Name, d)
+			n++
+		}
+		if c.DriftError != "" {
+			fmt.Fprintf(w, "%s: could not compare with its live objects: %s\n", c.Name, c.DriftError)
+		}
+	}
+	if n > 0 {
+		fmt.Fprintln(w, "  'onprem install -c onprem.yaml' reverts these; 'onprem diff -c onprem.yaml' shows the values")
+	}
+}
+
 // printCertificates lists the platform's certificates with their expiry.
 func printCertificates(w io.Writer, cs []action.CertificateStatus) {
 	if len(cs) == 0 {
@@ -93,7 +111,9 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show what is installed: version, components, readiness, last operation",
 		Long: `Show the installation recorded in the cluster: the platform version, each
 component's Helm release and revision, its ready and desired replicas, the
-last error, the last operation (who ran what, when, and how it ended), the
+last error, its drift (live objects that differ from what onprem applied in
+a field onprem sets, e.g. "gitops-ui drifted: Deployment/gitops-ui image",
+which 'onprem install' reverts), the last operation (who ran what, when, and how it ended), the
 backups: their schedule (spec.backup), the newest backup, and why the
 newest scheduled one failed if it did; and the platform's certificates
 (the CA and the serving certificate, onprem's or spec.tls.secretName's)
@@ -126,6 +146,7 @@ Reads the cluster only; works from any machine with access.`,
 					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\n", c.Name, c.Chart, c.Revision, c.Release, c.Ready, c.Desired, c.LastError)
 				}
 				tw.Flush()
+				printDrift(w, res.Components)
 				if op := res.LastOperation; op != nil {
 					fmt.Fprintf(w, "last operation: %s %s by onprem %s on %s, %s at %s\n", op.Kind, op.Version, op.Installer, op.Host, op.Outcome, op.Started.Format("2006-01-02 15:04:05 MST"))
 					if op.Message != "" && op.Outcome != state.OutcomeSucceeded {

@@ -193,7 +193,9 @@ target (nothing is touched if one fails), then for each step of the path
   1. backs up what the step's migrations touch (mongodump / pg_dump as Jobs,
      written to the claim onprem-backups; the path is recorded in the state),
   2. runs the migrations as Jobs, in order,
-  3. upgrades the components in dependency order, waiting for each,
+  3. upgrades the components in dependency order, waiting for each (a
+     component the step does not change is applied again only if its live
+     objects drifted from onprem's, as 'onprem install' does: "repaired"),
   4. removes the components the release dropped (their Helm history is kept),
   5. records the step.
 
@@ -273,6 +275,11 @@ func printUpgrade(w io.Writer, res *action.UpgradeResult) {
 		}
 		if len(s.Applied) > 0 {
 			fmt.Fprintf(w, "  upgraded: %s\n", strings.Join(s.Applied, ", "))
+		}
+		for _, c := range s.Components {
+			for _, r := range c.Repaired {
+				fmt.Fprintf(w, "  repaired: %s\n", r)
+			}
 		}
 		if len(s.Removed) > 0 {
 			fmt.Fprintf(w, "  removed: %s\n", strings.Join(s.Removed, ", "))

@@ -14,7 +14,9 @@
 //     of the locally built images, and `onprem bundle push` to that
 //     registry;
 //  4. `onprem preflight`, then `onprem install --bundle` of the oldest
-//     version; every component Ready;
+//     version; every component Ready and no component drifted from its
+//     release (`onprem status`, as after every later operation); `onprem
+//     doctor` finds no error and no warning (drift_test.go);
 //  5. HTTPS through the ingress controller (the node's NodePort) to
 //     pipelines-api and gitops-api, each reporting its dependencies
 //     healthy; records written to MongoDB (through those services) and to
@@ -27,7 +29,11 @@
 //     databases nor the routed service; pipelines-api reaches its MongoDB,
 //     Redis and RabbitMQ but not PostgreSQL (which it does not use) nor
 //     the outside address (and, in the backup step, not the bucket that the
-//     backup's pods do reach);
+//     backup's pods do reach); gitops-ui's image changed by hand,
+//     which status names as drift, then `onprem install` with the unchanged
+//     configuration while clients read through pipelines-api and
+//     gitops-api: it repairs gitops-ui alone, names it ("repaired:
+//     Deployment/gitops-ui image"), and no request fails (drift_test.go);
 //  6. `onprem upgrade apply` across two steps, one command each, while a
 //     client reads records through the ingress controller at 10 requests
 //     a second (traffic_test.go): the first (a required stop with a
@@ -66,7 +72,9 @@
 //     image relocated, its Ingress under the platform's domain);
 //  9. a support bundle of the whole platform holds no value of any Secret
 //     of the cluster, and `support-bundle analyze` reads it offline;
-//     disaster recovery (recovery_test.go);
+//     disaster recovery (recovery_test.go), after which status shows the
+//     backup restored from as a successful backup and the restore as the
+//     last operation;
 //  10. `onprem uninstall` leaves the PersistentVolumeClaims;
 //  11. writes the timing figures (per component apply-to-Ready, total
 //     install time, the true critical path and the ratio between them,

@@ -211,7 +211,8 @@ func cpuPatch(kind string) string {
 }
 
 // allReady checks with `onprem status` that the platform is at version and
-// every component's release is deployed with all its replicas ready.
+// every component's release is deployed with all its replicas ready, and
+// that no component's live objects have drifted from its release.
 func (e *env) allReady(version string) {
 	e.t.Helper()
 	e.step("every component Ready at "+version, func() {
@@ -226,6 +227,10 @@ func (e *env) allReady(version string) {
 		for _, c := range st.Components {
 			if c.Release != "deployed" || c.Ready < c.Desired {
 				e.t.Errorf("component %s: release %s, %d/%d ready %s", c.Name, c.Release, c.Ready, c.Desired, c.LastError)
+			}
+			// What onprem applied is what runs.
+			if len(c.Drift) > 0 || c.DriftError != "" {
+				e.t.Errorf("component %s drifted from its release: %q %s", c.Name, c.Drift, c.DriftError)
 			}
 		}
 		if e.t.Failed() {

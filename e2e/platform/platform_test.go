@@ -140,6 +140,8 @@ func TestPlatform(t *testing.T) {
 		e.checkService("/gitops/api", "gitops-api", from, "mongodb", "redis", "rabbitmq")
 	})
 
+	e.step("doctor on the freshly installed platform: no error, no warning", e.doctorClean)
+
 	records := map[string]string{"before-upgrade": "written at " + from}
 	e.step("write records", func() {
 		for k, v := range records {
@@ -155,6 +157,9 @@ func TestPlatform(t *testing.T) {
 	// Reads of the records just written, through the ingress controller,
 	// from two services (MongoDB behind them).
 	readPaths := []string{"/api/records/before-upgrade", "/gitops/api/records/before-upgrade"}
+	e.step("an image changed by hand is repaired by install, alone; no request to the other services fails", func() {
+		e.repairHandEdit(ctx, cfg, bundles[from], readPaths)
+	})
 	upgradeTo := func(v string) {
 		var res action.UpgradeResult
 		e.onpremJSON(&res, "upgrade", "apply", "-c", cfg, "--to", v, "--bundle", bundles[v], "--kubeconfig", e.kubeconfig, "--timeout", "6m")

@@ -233,6 +233,13 @@ func (e *env) disasterRecovery(ctx context.Context, version, bundle string, reco
 		if st.LastOperation == nil || st.LastOperation.Kind != state.KindRestore || st.LastOperation.Outcome != state.OutcomeSucceeded {
 			t.Fatalf("the last operation after the restore: %+v", st.LastOperation)
 		}
+		// The backup it was restored from is a successful backup (its
+		// record was copied while it ran).
+		if b := st.Backups; b == nil || b.Last == nil || b.Last.Outcome != state.OutcomeSucceeded || b.Last.Backup == nil || b.Last.Backup.Name != res.Backup {
+			t.Fatalf("status's last backup after restoring %s: %+v", res.Backup, st.Backups)
+		}
+		out := e.onprem("status", "--namespace", namespace, "--kubeconfig", e.kubeconfig)
+		mustContain(t, out, "last backup: "+res.Backup, "succeeded")
 	})
 }
 

@@ -186,9 +186,17 @@ func TestBackupThenRestoreOntoAnEmptyCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, comp := range status.Components {
-		if comp.Release != "deployed" || comp.Ready != comp.Desired {
+		if comp.Release != "deployed" || comp.Ready != comp.Desired || len(comp.Drift) > 0 || comp.DriftError != "" {
 			t.Errorf("after the restore %s: %+v", comp.Name, comp)
 		}
+	}
+	// The backup restored from is a successful backup, and the restore
+	// the newest operation.
+	if b := status.Backups; b == nil || b.Last == nil || b.Last.Outcome != state.OutcomeSucceeded || b.Last.Backup == nil || b.Last.Backup.Name != names[2] {
+		t.Errorf("status's last backup after the restore: %+v", status.Backups)
+	}
+	if lo := status.LastOperation; lo == nil || lo.Kind != state.KindRestore || lo.Outcome != state.OutcomeSucceeded {
+		t.Errorf("status's last operation after the restore: %+v", status.LastOperation)
 	}
 	noSecretsIn(t, stB, secretsA)
 

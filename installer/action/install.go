@@ -31,7 +31,9 @@ import (
 // installation's lock, generates the secrets that do not exist yet,
 // applies every component in dependency order and records the result in
 // the installation's state. Running it again with the same configuration
-// changes nothing.
+// changes nothing, unless what runs has drifted from it: a component whose
+// live objects differ in a field onprem sets is applied again, and the
+// result (Repaired) and the history name what was reverted.
 type Install struct {
 	Source
 	// Cluster says which cluster (kubeconfig and context).
@@ -240,6 +242,9 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 	msg := fmt.Sprintf("%d components ready", len(arep.Components))
+	if r := repaired(arep.Components); len(r) > 0 {
+		msg += "; repaired " + strings.Join(r, ", ")
+	}
 	if out.CredentialRotation != "" {
 		msg += "; credentials " + out.CredentialRotation
 	}
@@ -250,6 +255,18 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// Repaired lists what was reverted in the components applied again because
+// their live objects had drifted ("Deployment/gitops-ui image").
+func (r *InstallResult) Repaired() []string { return repaired(r.Components) }
+
+func repaired(cs []apply.ComponentResult) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Repaired...)
+	}
+	return out
 }
 
 // secretNames lists the Secrets the installer generates for res.

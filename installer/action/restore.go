@@ -313,7 +313,12 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 		if err != nil {
 			return fail(err)
 		}
-		mergeState(h.st, o.State, cl.Server)
+		finished := m.Finished
+		if finished.IsZero() {
+			finished = m.Created
+		}
+		made := &state.BackupRecord{Name: name, Where: store.String(), Trigger: m.Trigger, Databases: len(m.Databases()), Version: m.Version}
+		mergeState(h.st, o.State, cl.Server, made, finished)
 	} else {
 		phase("stopping the services, provisioning the databases' users again")
 		if out.Secrets, err = o.RestoreSecrets(lctx, cl.Client, ns, backup.SecretsMissing); err != nil {
@@ -531,10 +536,15 @@ func provisionAgain(ctx context.Context, cl *kube.Cluster, res *render.Result) e
 }
 
 // mergeState makes the record of the restored platform: the backup's
-// history before the restore's own operations, its completed migrations
-// (never run again), and its runners and runtimes, those of the platform's
-// cluster now on this one.
-func mergeState(st, saved *state.State, server string) {
+// history before the restore's own operations (so the restore stays the
+// newest), its completed migrations (never run again), and its runners and
+// runtimes, those of the platform's cluster now on this one.
+//
+// The backup's record was copied while the backup ran, so that backup
+// shows there as running: it is made, from the backup's own manifest, the
+// successful backup it is (made is the restore's record of it). Another
+// operation running then was interrupted by the loss.
+func mergeState(st, saved *state.State, server string, made *state.BackupRecord, finished time.Time) {
 	seen := map[string]bool{}
 	for _, op := range st.History {
 		seen[op.ID] = true
@@ -542,7 +552,15 @@ func mergeState(st, saved *state.State, server string) {
 	var hist []state.Operation
 	for _, op := range saved.History {
 		if !seen[op.ID] {
-			if op.Outcome == state.OutcomeRunning {
+			switch {
+			case op.Outcome == state.OutcomeRunning && op.Kind == state.KindBackup && made != nil:
+				rec := *made
+				if rec.Where == "" && op.Backup != nil {
+					rec.Where = op.Backup.Where
+				}
+				op.Outcome, op.Finished, op.Backup = state.OutcomeSucceeded, finished, &rec
+				op.Message = fmt.Sprintf("backup %s written to %s (%d databases); the platform was restored from it", rec.Name, rec.Where, rec.Databases)
+			case op.Outcome == state.OutcomeRunning:
 				op.Outcome = state.OutcomeFailed
 				op.Message = "running when the backup was made"
 			}

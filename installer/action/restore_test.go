@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/kubernetes/fake"
+
 	"onprem.dev/onprem/installer/backupfile"
 	"onprem.dev/onprem/installer/state"
 )
@@ -45,5 +47,42 @@ func TestRestoreChecksItsTarget(t *testing.T) {
 				t.Errorf("%s: %v, want an input error saying %q", c.name, err, c.want)
 			}
 		}
+	}
+}
+
+// The backup's record was copied while that backup ran: after the restore
+// the backup shows as the successful backup it is (named, with its
+// destination), an operation that was running beside it as interrupted,
+// and the restore stays the newest operation.
+func TestMergeStateRestoredBackupSucceeded(t *testing.T) {
+	started := time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)
+	saved := &state.State{History: []state.Operation{
+		{ID: "a", Kind: state.KindInstall, Outcome: state.OutcomeSucceeded},
+		{ID: "b", Kind: state.KindUpgrade, Outcome: state.OutcomeRunning},
+		{ID: "c", Kind: state.KindBackup, Outcome: state.OutcomeRunning, Started: started, Message: "backing up to s3://b/p"},
+	}}
+	st := &state.State{History: []state.Operation{{ID: "r", Kind: state.KindRestore, Outcome: state.OutcomeRunning}}}
+	finished := started.Add(time.Minute)
+	made := &state.BackupRecord{Name: "onprem-20261120T030000Z.onprem-backup", Where: "s3://b/p", Trigger: backupfile.TriggerSchedule, Databases: 9, Version: "2.8.0"}
+	mergeState(st, saved, "https://new:6443", made, finished)
+
+	if n := len(st.History); n != 4 || st.History[n-1].ID != "r" {
+		t.Fatalf("history %+v: the restore must be the newest of 4", st.History)
+	}
+	b := st.History[2]
+	if b.Outcome != state.OutcomeSucceeded || !b.Finished.Equal(finished) || b.Backup == nil || b.Backup.Name != made.Name ||
+		b.Backup.Trigger != backupfile.TriggerSchedule || !strings.Contains(b.Message, made.Name) {
+		t.Errorf("the restored backup's record: %+v (backup %+v)", b, b.Backup)
+	}
+	if u := st.History[1]; u.Outcome != state.OutcomeFailed || u.Message != "running when the backup was made" {
+		t.Errorf("the upgrade that ran beside the backup: %+v", u)
+	}
+	// The status reads it so.
+	bs, err := backupStatus(t.Context(), fake.NewClientset(), "onprem", st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs == nil || bs.Last == nil || bs.Last.ID != "c" || bs.Last.Outcome != state.OutcomeSucceeded {
+		t.Errorf("status's last backup: %+v", bs)
 	}
 }

@@ -57,7 +57,9 @@ func (t Target) namespace(ctx context.Context) (string, error) {
 	return DefaultNamespace, nil
 }
 
-// Status reports what is installed and how it is doing.
+// Status reports what is installed and how it is doing, drift included:
+// each component's live objects compared with its deployed release, as
+// install compares them before it repairs (nothing is changed).
 type Status struct {
 	Target
 }
@@ -76,6 +78,12 @@ type ComponentStatus struct {
 	Desired int32  `json:"desired"`
 	// LastError is the last recorded failure, if the last apply failed.
 	LastError string `json:"lastError,omitempty"`
+	// Drift names the live objects that differ from the component's
+	// deployed release in a field onprem sets, and what differs
+	// ("Deployment/gitops-ui image"): 'onprem install' reverts them.
+	Drift []string `json:"drift,omitempty"`
+	// DriftError says why the live objects could not be compared.
+	DriftError string `json:"driftError,omitempty"`
 }
 
 // StatusResult is the state of an installation.
@@ -156,6 +164,10 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 		out.Lock = lk
 	}
 	releases := apply.NewHelmReleases(cl.Getter, ns, nil)
+	checker, err := apply.NewDriftChecker(cl.Getter, ns)
+	if err != nil {
+		return nil, err
+	}
 	for _, name := range orderedComponents(st) {
 		sc := st.Components[name]
 		cs := ComponentStatus{Name: name, Chart: chartRef(sc), Revision: sc.Revision}
@@ -168,6 +180,9 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 			cs.Release = "missing"
 		} else {
 			cs.Release, cs.Revision = info.Status, info.Revision
+			if cs.Drift, err = releaseDrift(ctx, checker, name, info); err != nil {
+				cs.DriftError = err.Error()
+			}
 		}
 		cs.Ready, cs.Desired, err = readiness(ctx, cl.Client, ns, name)
 		if err != nil && cs.LastError == "" {

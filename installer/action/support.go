@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/doctor"
@@ -60,7 +61,10 @@ func (a *Collect) snapshot(ctx context.Context, troubledLogsOnly bool) (*snapsho
 		return nil, nil, err
 	}
 	o := snapshot.Options{Namespace: ns, Logs: a.Logs, TroubledLogsOnly: troubledLogsOnly, Concurrency: a.Concurrency,
-		Timeout: a.Timeout, Progress: a.Progress, Attachments: a.attachments}
+		Timeout: a.Timeout, Progress: a.Progress, Attachments: a.attachments,
+		Drift: func(ctx context.Context, s *snapshot.Snapshot) ([]snapshot.Drift, error) {
+			return snapshotDrift(ctx, cl, s)
+		}}
 	if !a.NoPreflight {
 		o.Preflight = func(ctx context.Context, s *snapshot.Snapshot) (*preflight.Report, error) {
 			return a.preflight(ctx, cl, s)
@@ -68,6 +72,33 @@ func (a *Collect) snapshot(ctx context.Context, troubledLogsOnly bool) (*snapsho
 	}
 	s, err := snapshot.Collect(ctx, cl, o)
 	return s, cl, err
+}
+
+// snapshotDrift compares each recorded component's live objects with its
+// deployed release (doctor's drift analyzer reads it).
+func snapshotDrift(ctx context.Context, cl *kube.Cluster, s *snapshot.Snapshot) ([]snapshot.Drift, error) {
+	if s.State == nil {
+		return nil, nil
+	}
+	ns := s.Meta.Namespace
+	releases := apply.NewHelmReleases(cl.Getter, ns, nil)
+	checker, err := apply.NewDriftChecker(cl.Getter, ns)
+	if err != nil {
+		return nil, err
+	}
+	out := []snapshot.Drift{}
+	for _, name := range orderedComponents(s.State) {
+		d := snapshot.Drift{Component: name}
+		info, err := releases.Last(ctx, name)
+		if err == nil {
+			d.Objects, err = releaseDrift(ctx, checker, name, info)
+		}
+		if err != nil {
+			d.Error = err.Error()
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // preflight runs the checks with the configuration of the operator's

@@ -71,7 +71,12 @@ func TestSupportBundleAndDoctor(t *testing.T) {
 	if rep.HasErrors() {
 		t.Fatalf("a healthy platform has error findings:\n%s", findings(rep))
 	}
-	for _, want := range []string{"state", "config", "objects", "secrets", "cluster", "helm", "health", "preflight", "attachments", "logs"} {
+	for _, f := range rep.Findings {
+		if f.Analyzer == "drift" {
+			t.Errorf("a platform just installed has drift: %+v", f)
+		}
+	}
+	for _, want := range []string{"state", "config", "objects", "secrets", "cluster", "helm", "health", "preflight", "attachments", "drift", "logs"} {
 		if !slices.Contains(progress, want) {
 			t.Errorf("no progress from collector %s: %v", want, progress)
 		}
@@ -92,7 +97,7 @@ func TestSupportBundleAndDoctor(t *testing.T) {
 	for _, want := range []string{"summary.txt", "index.json", "findings.json", "meta.json", "state.json", "config/onprem.yaml", "helm/releases.json",
 		"cluster/nodes.json", "cluster/storageclasses.json", "cluster/persistentvolumes.json", "cluster/ingressclasses.json",
 		"namespaces/onprem/pods.json", "namespaces/onprem/events.json", "namespaces/onprem/secrets.json",
-		"namespaces/onprem/persistentvolumeclaims.json", "preflight.json", "health.json", "certificates.json"} {
+		"namespaces/onprem/persistentvolumeclaims.json", "preflight.json", "health.json", "certificates.json", "drift.json"} {
 		if _, ok := files[want]; !ok {
 			t.Errorf("the bundle has no %s", want)
 		}

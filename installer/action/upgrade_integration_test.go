@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -277,14 +280,53 @@ func TestUpgradeAcrossTwoStepsAndRollback(t *testing.T) {
 		}
 	}
 
+	// Hand edits before the step: a NetworkPolicy of the platform
+	// component, which the step does not change, and gitops-api's image,
+	// which it upgrades.
+	np, err := c.Client.NetworkingV1().NetworkPolicies("onprem").Get(ctx, "onprem-routed-ingress", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{})
+	if _, err := c.Client.NetworkingV1().NetworkPolicies("onprem").Update(ctx, np, metav1.UpdateOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	updateDeployment(t, c.Client, "gitops-api", "kubectl-set", func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers[0].Image += "-nope" })
+
 	// Upgrade again: the 2.8.0 migration completed already and is not
-	// run again; gitops-manager is removed again.
+	// run again; gitops-manager is removed again; the step repairs the
+	// platform component and names the drift of gitops-api it upgrades.
 	res, err = (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 2 * time.Minute}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Steps) != 1 || len(res.Steps[0].Migrations) != 0 || len(res.Steps[0].Backups) != 0 || !slices.Equal(res.Steps[0].Removed, []string{"gitops-manager"}) {
 		t.Errorf("second upgrade = %+v", res.Steps)
+	}
+	repairedIn := map[string]apply.ComponentResult{}
+	for _, r := range res.Steps[0].Components {
+		if len(r.Repaired) > 0 {
+			repairedIn[r.Name] = r
+		}
+	}
+	if r := repairedIn["platform"]; r.Action != apply.Repaired || !slices.Equal(r.Repaired, []string{"NetworkPolicy/onprem-routed-ingress ingress"}) {
+		t.Errorf("the step's platform component: %+v", r)
+	}
+	if r := repairedIn["gitops-api"]; r.Action != apply.Upgraded || !slices.Equal(r.Repaired, []string{"Deployment/gitops-api image"}) {
+		t.Errorf("the step's gitops-api: %+v", r)
+	}
+	if len(repairedIn) != 2 {
+		t.Errorf("the step names drift in %v, want platform and gitops-api", slices.Sorted(maps.Keys(repairedIn)))
+	}
+	if got, err := c.Client.NetworkingV1().NetworkPolicies("onprem").Get(ctx, "onprem-routed-ingress", metav1.GetOptions{}); err != nil || len(got.Spec.Ingress) != len(np.Spec.Ingress)-1 {
+		t.Errorf("the NetworkPolicy after the step: %v %+v", err, got)
+	}
+	if img := image(t, c.Client, "Deployment", "gitops-api"); !strings.HasSuffix(img, ":2.8.0") {
+		t.Errorf("gitops-api after the step: %s", img)
+	}
+	if op := lastOp(loadState(t, c.Client)); !slices.Contains(op.Repaired, "platform: NetworkPolicy/onprem-routed-ingress ingress") ||
+		!slices.Contains(op.Repaired, "gitops-api: Deployment/gitops-api image") {
+		t.Errorf("the upgrade's record of what it reverted: %q", op.Repaired)
 	}
 	if loadState(t, c.Client).Version != "2.8.0" {
 		t.Error("not at 2.8.0")

@@ -2,8 +2,10 @@
 // per component, applied in dependency order with independent components in
 // parallel (bounded), each waited for with kstatus and a per-component
 // timeout. A component whose desired objects did not change since its last
-// deployed release is left alone, so a converged re-run creates no Helm
-// revision. The objects come from installer/render; Helm's own rendering is
+// deployed release, and whose live objects have not drifted from them in a
+// field onprem sets (installer/diff's Checker), is left alone, so a
+// converged re-run creates no Helm revision; one that drifted is applied
+// again (Repaired), which reverts what was changed. The objects come from installer/render; Helm's own rendering is
 // replaced by them through a post-renderer, so what `onprem render` shows
 // is exactly what is applied, and `helm list` / `helm history` still show
 // every component with its chart and values.
@@ -18,18 +20,30 @@ import (
 	"fmt"
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	"io/fs"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
+	helmkube "helm.sh/helm/v4/pkg/kube"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"onprem.dev/onprem/installer/diff"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 )
+
+func init() {
+	// Helm's server-side applies are onprem's, under one field manager
+	// whatever the binary is called (Helm's default is its name), so that
+	// the drift check's dry runs (installer/diff) apply as the same
+	// manager.
+	helmkube.ManagedFieldsManager = diff.FieldManager
+}
 
 // Defaults of Options.
 const (
@@ -73,6 +87,10 @@ type Options struct {
 	// rolls every changed component back anyway, and starts at once.
 	// Without it (install) they finish, so that a re-run has less to do.
 	StopOnFailure bool
+	// Drift compares an unchanged component with its live objects (tests);
+	// default with the Helm SDK's releases: installer/diff's Checker
+	// against Getter. nil with Releases set: drift is not looked for.
+	Drift DriftChecker
 }
 
 // OtherFailedError is the error of a component whose wait was ended
@@ -83,6 +101,18 @@ func (e *OtherFailedError) Error() string {
 	return "stopped waiting: component " + e.Component + " failed"
 }
 
+// DriftChecker compares a component with what runs (installer/diff's
+// Checker is the real one).
+type DriftChecker interface {
+	// Drift lists the component's live objects that differ from its
+	// objects in a field onprem sets.
+	Drift(ctx context.Context, c *render.Component) ([]diff.Drift, error)
+	// ForCluster returns the component as it is to be applied on the
+	// cluster (fields that are owned elsewhere by design keep their live
+	// values).
+	ForCluster(ctx context.Context, c *render.Component) (*render.Component, error)
+}
+
 // Action is what happened to a component.
 type Action string
 
@@ -91,6 +121,9 @@ const (
 	Installed Action = "installed"
 	Upgraded  Action = "upgraded"
 	Unchanged Action = "unchanged"
+	// Repaired: the component's objects had not changed, but its live
+	// objects had drifted from them; it was applied again.
+	Repaired  Action = "repaired"
 	Validated Action = "validated" // dry run
 	Failed    Action = "failed"
 	Skipped   Action = "skipped" // a dependency failed
@@ -108,6 +141,12 @@ type ComponentResult struct {
 	// NotReady explains, after a timeout, which objects are not ready and
 	// why (pod conditions, container waiting reasons, warning events).
 	NotReady []string `json:"notReady,omitempty"`
+	// Repaired names the live objects that had drifted from what onprem
+	// applied, and what differed, which this apply reverted
+	// ("Deployment/gitops-ui image", "Service/gitops-ui (deleted)"): why a
+	// component that had not changed was applied again (Action Repaired),
+	// or the drift of a component that was upgraded anyway.
+	Repaired []string `json:"repaired,omitempty"`
 }
 
 // Report is the outcome of an apply.
@@ -183,6 +222,13 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 			return nil, errors.New("apply: no cluster to apply to")
 		}
 		o.Releases = NewHelmReleases(o.Getter, o.Result.Namespace, o.Charts)
+		if o.Drift == nil && !o.DryRun {
+			d, err := NewDriftChecker(o.Getter, o.Result.Namespace)
+			if err != nil {
+				return nil, err
+			}
+			o.Drift = d
+		}
 	}
 	start := time.Now()
 	res := o.Result
@@ -220,6 +266,19 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 		others, stopOthers = context.WithCancelCause(context.Background())
 		defer stopOthers(nil)
 	}
+
+	// The drift check's lists are read at once, while the first
+	// components apply, not one dependency level after the other.
+	prefetched := make(chan struct{})
+	if pf, ok := o.Drift.(prefetcher); ok {
+		go func() {
+			defer close(prefetched)
+			pf.Prefetch(ctx, res.Components)
+		}()
+	} else {
+		close(prefetched)
+	}
+
 	var (
 		mu      sync.Mutex
 		failed  bool
@@ -276,6 +335,7 @@ func Apply(ctx context.Context, o Options) (*Report, error) {
 		}(j)
 	}
 	wg.Wait()
+	<-prefetched
 
 	report := &Report{Elapsed: time.Since(start)}
 	fe := &FailedError{}
@@ -347,6 +407,34 @@ func isNamespace(o *unstructured.Unstructured) bool {
 	return o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1"
 }
 
+// prefetcher is a DriftChecker that can read what it needs ahead
+// (installer/diff's Checker).
+type prefetcher interface {
+	Prefetch(ctx context.Context, comps []*render.Component)
+}
+
+// NewDriftChecker compares components of namespace with the cluster of
+// getter (installer/diff).
+func NewDriftChecker(getter genericclioptions.RESTClientGetter, namespace string) (*diff.Checker, error) {
+	cfg, err := getter.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	// A check reads one list per kind, at once: never fewer requests
+	// than kube.Connect's installer limits allow (client-go's defaults,
+	// 5 a second, would make a converged re-run wait for them).
+	cfg.QPS, cfg.Burst = max(cfg.QPS, kube.DefaultQPS), max(cfg.Burst, kube.DefaultBurst)
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := getter.ToRESTMapper()
+	if err != nil {
+		return nil, err
+	}
+	return diff.NewChecker(dyn, mapper, namespace), nil
+}
+
 // applyOne installs or upgrades one component and waits for it, watching
 // its pods meanwhile (see watcher) when ob is set: a fault that waiting
 // cannot fix ends the wait with a *StuckError. The wait also ends when
@@ -362,16 +450,44 @@ func applyOne(ctx context.Context, o Options, ob *observer, others context.Conte
 	if err != nil {
 		return fail(o, r, start, fmt.Errorf("reading release %s: %w", c.Name, err))
 	}
-	if last != nil && last.Deployed && last.Digest == j.digest && !o.DryRun {
-		r.Action, r.Revision, r.Elapsed = Unchanged, last.Revision, time.Since(start)
-		o.Reporter.Report(Event{Component: c.Name, Phase: PhaseUnchanged, Revision: last.Revision, Elapsed: r.Elapsed})
-		return r, nil
+	unchanged := last != nil && last.Deployed && last.Digest == j.digest && !o.DryRun
+	switch {
+	case unchanged:
+		// Nothing changed in the configuration: what runs may have.
+		var drift []diff.Drift
+		if o.Drift != nil {
+			if drift, err = o.Drift.Drift(ctx, c); err != nil {
+				return fail(o, r, start, fmt.Errorf("comparing %s with its live objects: %w", c.Name, err))
+			}
+		}
+		if len(drift) == 0 {
+			r.Action, r.Revision, r.Elapsed = Unchanged, last.Revision, time.Since(start)
+			o.Reporter.Report(Event{Component: c.Name, Phase: PhaseUnchanged, Revision: last.Revision, Elapsed: r.Elapsed})
+			return r, nil
+		}
+		r.Repaired = diff.Strings(drift)
+	case last != nil && last.Deployed && last.Manifest != "" && o.Drift != nil && !o.DryRun:
+		// The component changes, which reverts its drift too: name
+		// that drift, against what onprem applied last.
+		r.Repaired = releaseDrift(ctx, o.Drift, c.Name, last.Manifest)
 	}
-	o.Reporter.Report(Event{Component: c.Name, Phase: PhaseApplying})
+	o.Reporter.Report(Event{Component: c.Name, Phase: PhaseApplying, Repaired: r.Repaired})
 	// A release retired with its history (see HelmReleases.Retire) is
 	// installed again, not upgraded: Helm upgrades deployed releases only.
 	exists := last != nil && last.Status != rcommon.StatusUninstalled.String()
-	req := Request{Component: c, Manifest: j.manifest, Digest: j.digest, Timeout: o.Timeout, DryRun: o.DryRun, Exists: exists, Pending: last != nil && last.Pending}
+	manifest := j.manifest
+	if o.Drift != nil && !o.DryRun {
+		applied, err := o.Drift.ForCluster(ctx, c)
+		if err != nil {
+			return fail(o, r, start, fmt.Errorf("reading %s's autoscalers: %w", c.Name, err))
+		}
+		if applied != c {
+			if manifest, err = Manifest(applied); err != nil {
+				return fail(o, r, start, err)
+			}
+		}
+	}
+	req := Request{Component: c, Manifest: manifest, Digest: j.digest, Timeout: o.Timeout, DryRun: o.DryRun, Exists: exists, Pending: last != nil && last.Pending}
 	// The wait ends early when the watcher finds a fault that waiting
 	// cannot fix, or (StopOnFailure) when another component failed.
 	wctx, stop := context.WithCancelCause(ctx)
@@ -421,11 +537,28 @@ func applyOne(ctx context.Context, o Options, ob *observer, others context.Conte
 		r.Action = Validated
 	case !exists:
 		r.Action = Installed
+	case unchanged:
+		r.Action = Repaired
 	default:
 		r.Action = Upgraded
 	}
-	o.Reporter.Report(Event{Component: c.Name, Phase: PhaseReady, Revision: rev, Elapsed: r.Elapsed, Action: r.Action})
+	o.Reporter.Report(Event{Component: c.Name, Phase: PhaseReady, Revision: rev, Elapsed: r.Elapsed, Action: r.Action, Repaired: r.Repaired})
 	return r, nil
+}
+
+// releaseDrift names the drift of a component's live objects from its last
+// release's (manifest); best effort: the component is applied anyway.
+func releaseDrift(ctx context.Context, d DriftChecker, name, manifest string) []string {
+	objs, err := diff.Objects(manifest)
+	var drift []diff.Drift
+	if err == nil {
+		drift, err = d.Drift(ctx, &render.Component{Name: name, Objects: objs})
+	}
+	if err != nil {
+		slog.Warn("could not compare a component with its live objects before applying it (it is applied anyway)", "component", name, "err", err)
+		return nil
+	}
+	return diff.Strings(drift)
 }
 
 // explain turns Helm's error for a wait that ended into the cause: the

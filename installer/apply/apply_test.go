@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"onprem.dev/onprem/installer/diff"
 	"onprem.dev/onprem/installer/render"
 )
 
@@ -22,6 +23,8 @@ type fakeReleaser struct {
 	peak     int
 	fail     map[string]bool
 	delay    time.Duration
+	// manifests are the manifests applied, by component.
+	manifests map[string]string
 }
 
 func (f *fakeReleaser) Last(_ context.Context, name string) (*ReleaseInfo, error) {
@@ -41,6 +44,10 @@ func (f *fakeReleaser) Apply(_ context.Context, req Request) (int, error) {
 		f.peak = f.running
 	}
 	f.order = append(f.order, req.Component.Name)
+	if f.manifests == nil {
+		f.manifests = map[string]string{}
+	}
+	f.manifests[req.Component.Name] = req.Manifest
 	f.mu.Unlock()
 	time.Sleep(f.delay)
 	f.mu.Lock()
@@ -142,6 +149,96 @@ func TestConvergedRerunChangesNothingAndAChangeTouchesOnlyItsComponent(t *testin
 	if r, _ := rep.Component("b"); r.Action != Upgraded || r.Revision != 2 {
 		t.Errorf("b = %+v", r)
 	}
+}
+
+// fakeDrift reports drift of the named components, and gives component
+// "scaled" its live replicas.
+type fakeDrift struct {
+	drift map[string][]diff.Drift
+	err   map[string]error
+}
+
+func (f fakeDrift) Drift(_ context.Context, c *render.Component) ([]diff.Drift, error) {
+	return f.drift[c.Name], f.err[c.Name]
+}
+
+func (f fakeDrift) ForCluster(_ context.Context, c *render.Component) (*render.Component, error) {
+	if c.Name != "scaled" {
+		return c, nil
+	}
+	cp := *c
+	o := c.Objects[0].DeepCopy()
+	o.SetAnnotations(map[string]string{"live": "kept"})
+	cp.Objects = []*unstructured.Unstructured{o}
+	return &cp, nil
+}
+
+// A component whose configuration did not change but whose live objects
+// drifted is applied again, alone, and named with what drifted; a
+// comparison that fails fails the component; the objects applied are those
+// ForCluster gives.
+func TestDriftedComponentIsRepairedAlone(t *testing.T) {
+	f := &fakeReleaser{releases: map[string]*ReleaseInfo{}}
+	if _, err := Apply(context.Background(), Options{Result: testResult(), Releases: f}); err != nil {
+		t.Fatal(err)
+	}
+	f.order = nil
+	rec := &recorder{}
+	d := fakeDrift{drift: map[string][]diff.Drift{"c": {{Kind: "Deployment", Name: "c", Fields: []string{"image"}}, {Kind: "Service", Name: "c", Deleted: true}}}}
+	rep, err := Apply(context.Background(), Options{Result: testResult(), Releases: f, Drift: d, Reporter: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(f.order, ",") != "c" {
+		t.Errorf("applied %v, want only c", f.order)
+	}
+	for _, c := range rep.Components {
+		switch {
+		case c.Name == "c":
+			if c.Action != Repaired || c.Revision != 2 || strings.Join(c.Repaired, "; ") != "Deployment/c image; Service/c (deleted)" {
+				t.Errorf("c = %+v", c)
+			}
+		case c.Action != Unchanged || c.Revision != 1:
+			t.Errorf("%s: %s rev %d", c.Name, c.Action, c.Revision)
+		}
+	}
+	var lines []string
+	for _, e := range rec.events {
+		if e.Component == "c" {
+			lines = append(lines, describe(e))
+		}
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), "repaired, revision 2") || !strings.Contains(strings.Join(lines, "\n"), "reverted Deployment/c image; Service/c (deleted)") {
+		t.Errorf("progress of c: %q", lines)
+	}
+
+	f.order = nil
+	_, err = Apply(context.Background(), Options{Result: testResult(), Releases: f, Drift: fakeDrift{err: map[string]error{"b": errors.New("forbidden")}}})
+	var fe *FailedError
+	if !errors.As(err, &fe) || strings.Join(fe.Components, ",") != "b" || len(f.order) != 0 {
+		t.Errorf("a comparison that fails: %v, applied %v", err, f.order)
+	}
+
+	res := testResult()
+	res.Components = append(res.Components, comp("scaled", "platform"))
+	if _, err := Apply(context.Background(), Options{Result: res, Releases: f, Drift: fakeDrift{}}); err != nil {
+		t.Fatal(err)
+	}
+	if m := f.manifests["scaled"]; !strings.Contains(m, "live: kept") {
+		t.Errorf("the manifest applied is not ForCluster's:\n%s", m)
+	}
+	if r := f.releases["scaled"]; r.Digest != Digest(comp("scaled"), mustManifest(t, comp("scaled"))) {
+		t.Error("the digest is not the rendered component's")
+	}
+}
+
+func mustManifest(t *testing.T, c *render.Component) string {
+	t.Helper()
+	m, err := Manifest(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func TestFailureSkipsDependentsAndStopsNewWork(t *testing.T) {

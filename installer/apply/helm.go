@@ -38,6 +38,9 @@ type ReleaseInfo struct {
 	// one-line account of it (History fills them).
 	Updated     time.Time `json:",omitzero"`
 	Description string    `json:",omitempty"`
+	// Manifest is the release's objects as YAML (Last fills it): what
+	// onprem applied.
+	Manifest string `json:"-"`
 }
 
 // Request asks a Releaser to install or upgrade one component.
@@ -185,7 +188,12 @@ func (h *HelmReleases) Last(_ context.Context, name string) (*ReleaseInfo, error
 	if err != nil {
 		return nil, err
 	}
-	return releaseInfo(name, ri)
+	info, err := releaseInfo(name, ri)
+	if err != nil {
+		return nil, err
+	}
+	info.Manifest = ri.(*releasev1.Release).Manifest
+	return info, nil
 }
 
 // releaseInfo is what onprem reads of one stored revision of release name.

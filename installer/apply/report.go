@@ -44,6 +44,8 @@ type Event struct {
 	// waits for ("0/1 ready, pulling image"), since Since.
 	Waiting string
 	Since   time.Time
+	// Repaired: what drifted in a component applied again for it.
+	Repaired []string
 }
 
 // Reporter receives progress. Implementations must be safe for concurrent
@@ -90,15 +92,25 @@ func (l *LineReporter) Report(e Event) {
 func describe(e Event) string {
 	switch e.Phase {
 	case PhaseApplying:
+		if len(e.Repaired) > 0 {
+			return "applying; drifted: " + strings.Join(e.Repaired, "; ")
+		}
 		return "applying"
 	case PhaseWaiting:
 		return fmt.Sprintf("%s (%d s)", e.Waiting, int(time.Since(e.Since).Seconds()))
 	case PhaseReady:
 		what := "ready"
-		if e.Action == Validated {
+		switch e.Action {
+		case Validated:
 			what = "validated (dry run)"
+		case Repaired:
+			what = "repaired"
 		}
-		return fmt.Sprintf("%s, revision %d (%s)", what, e.Revision, e.Elapsed.Round(100*time.Millisecond))
+		s := fmt.Sprintf("%s, revision %d (%s)", what, e.Revision, e.Elapsed.Round(100*time.Millisecond))
+		if len(e.Repaired) > 0 {
+			s += "; reverted " + strings.Join(e.Repaired, "; ")
+		}
+		return s
 	case PhaseUnchanged:
 		return fmt.Sprintf("unchanged, revision %d", e.Revision)
 	case PhaseFailed:

@@ -152,6 +152,38 @@ func TestLoginAndPages(t *testing.T) {
 	}
 }
 
+// The overview names each component's drift (what differs from what onprem
+// applied), marks its row, and says that install reverts it.
+func TestOverviewShowsDrift(t *testing.T) {
+	src := healthy()
+	src.status.Components = append(src.status.Components,
+		action.ComponentStatus{Name: "gitops-ui", Chart: "service-2.8.0", Release: "deployed", Revision: 1, Ready: 1, Desired: 1,
+			Drift: []string{"Deployment/gitops-ui image", "Service/gitops-ui (deleted)"}})
+	srv, c := start(t, src)
+	code, body, _ := get(t, c, srv.URL+"/login?token="+token)
+	if code != http.StatusOK {
+		t.Fatalf("login: %d", code)
+	}
+	row := regexp.MustCompile(`(?s)<tr class="(\w+)">\s*<th scope="row"><a href="/components/gitops-ui">.*?</tr>`).FindStringSubmatch(body)
+	if row == nil {
+		t.Fatalf("no row for gitops-ui:\n%s", body)
+	}
+	for _, want := range []string{"drifted: Deployment/gitops-ui image", "drifted: Service/gitops-ui (deleted)"} {
+		if !strings.Contains(row[0], want) {
+			t.Errorf("the row of gitops-ui does not say %q:\n%s", want, row[0])
+		}
+	}
+	if row[1] != "bad" {
+		t.Errorf("the row of a drifted component is %q, want bad", row[1])
+	}
+	if ok := regexp.MustCompile(`<tr class="ok">\s*<th scope="row"><a href="/components/pipelines-api">`).MatchString(body); !ok {
+		t.Error("the component without drift is not shown ok")
+	}
+	if !strings.Contains(body, "'onprem install' reverts it") {
+		t.Error("the overview does not say what reverts drift")
+	}
+}
+
 // A change (POST) needs the session's CSRF token: without it 403, with it
 // the change happens (here: logging out ends the session).
 func TestCSRF(t *testing.T) {

@@ -3,6 +3,10 @@
 // the desired one would make of it (a server-side dry run, so defaults and
 // other managers' fields do not show as changes), plus the objects that
 // the new release would remove. Generated secret values never appear.
+//
+// The same comparison finds drift (Checker): the live objects that differ
+// from what onprem applied in a field onprem sets, so that install can
+// apply those components again and status and doctor can name them.
 package diff
 
 import (
@@ -63,9 +67,40 @@ type Options struct {
 	Redact func(string) string
 }
 
-// FieldManager is the server-side apply manager the dry run uses: Helm's,
-// so that the result is what the install's apply would produce.
-const FieldManager = "helm"
+// FieldManager is the server-side apply field manager of everything onprem
+// applies through Helm (installer/apply sets it as Helm's), and so of the
+// dry runs here: applying as the same manager is what makes the dry run's
+// result exactly what the install's apply would produce, fields onprem
+// stopped setting removed included.
+const FieldManager = "onprem"
+
+// Helm's release metadata, which it adds to every object it applies.
+const (
+	helmManagedByLabel      = "app.kubernetes.io/managed-by"
+	helmReleaseName         = "meta.helm.sh/release-name"
+	helmReleaseNamespace    = "meta.helm.sh/release-namespace"
+	helmManagedByLabelValue = "Helm"
+)
+
+// AsApplied returns obj as Helm applies it for the component's release in
+// namespace: with Helm's managed-by label and release annotations, so that
+// a dry run as FieldManager does not take them away.
+func AsApplied(obj *unstructured.Unstructured, release, namespace string) *unstructured.Unstructured {
+	o := obj.DeepCopy()
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[helmManagedByLabel] = helmManagedByLabelValue
+	o.SetLabels(l)
+	a := o.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[helmReleaseName], a[helmReleaseNamespace] = release, namespace
+	o.SetAnnotations(a)
+	return o
+}
 
 // Run diffs every component; only components with differences are
 // returned.
@@ -85,7 +120,11 @@ func Run(ctx context.Context, o Options) ([]Component, error) {
 		desired := map[string]bool{}
 		for _, obj := range c.Objects {
 			desired[key(obj)] = true
-			d, err := diffObject(ctx, o, obj, nsExists)
+			applied := obj
+			if !isNamespace(obj) { // the installer applies the namespace itself, outside the releases
+				applied = AsApplied(obj, c.Name, o.Result.Namespace)
+			}
+			d, err := diffObject(ctx, o, applied, nsExists)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s/%s: %w", c.Name, obj.GetKind(), obj.GetName(), err)
 			}
@@ -122,39 +161,20 @@ func key(o *unstructured.Unstructured) string {
 }
 
 func diffObject(ctx context.Context, o Options, obj *unstructured.Unstructured, nsExists bool) (*Object, error) {
-	gvk := obj.GroupVersionKind()
-	m, err := o.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, fmt.Errorf("the cluster does not know %s: %w", gvk, err)
-	}
-	var ri dynamic.ResourceInterface = o.Dynamic.Resource(m.Resource)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		ns := obj.GetNamespace()
-		if ns == "" {
-			ns = o.Result.Namespace
-		}
-		if !nsExists {
-			return &Object{Kind: obj.GetKind(), Name: obj.GetName(), Change: Added, Diff: unified(obj.GetKind()+"/"+obj.GetName(), "", toYAML(clean(obj)))}, nil
-		}
-		ri = o.Dynamic.Resource(m.Resource).Namespace(ns)
-	}
-	live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return &Object{Kind: obj.GetKind(), Name: obj.GetName(), Change: Added, Diff: unified(obj.GetKind()+"/"+obj.GetName(), "", toYAML(clean(obj)))}, nil
-	}
+	ri, namespaced, err := resourceFor(o.Dynamic, o.Mapper, obj, o.Result.Namespace)
 	if err != nil {
 		return nil, err
 	}
-	data, err := obj.MarshalJSON()
+	added := &Object{Kind: obj.GetKind(), Name: obj.GetName(), Change: Added, Diff: unified(obj.GetKind()+"/"+obj.GetName(), "", toYAML(clean(obj)))}
+	if namespaced && !nsExists {
+		return added, nil
+	}
+	live, merged, err := compare(ctx, ri, obj)
 	if err != nil {
 		return nil, err
 	}
-	force := true
-	merged, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-		FieldManager: FieldManager, Force: &force, DryRun: []string{metav1.DryRunAll},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("server-side dry run: %w", err)
+	if live == nil {
+		return added, nil
 	}
 	before, after := toYAML(clean(live)), toYAML(clean(merged))
 	if before == after {
@@ -163,8 +183,73 @@ func diffObject(ctx context.Context, o Options, obj *unstructured.Unstructured, 
 	return &Object{Kind: obj.GetKind(), Name: obj.GetName(), Change: Changed, Diff: unified(obj.GetKind()+"/"+obj.GetName(), before, after)}, nil
 }
 
-// clean drops what the server manages and what changes on every write.
+// resourceFor returns the client of obj's resource (in obj's namespace,
+// else namespace, when it is namespaced).
+func resourceFor(dyn dynamic.Interface, mapper meta.RESTMapper, obj *unstructured.Unstructured, namespace string) (dynamic.ResourceInterface, bool, error) {
+	gvk := obj.GroupVersionKind()
+	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, false, fmt.Errorf("the cluster does not know %s: %w", gvk, err)
+	}
+	if m.Scope.Name() != meta.RESTScopeNameNamespace {
+		return dyn.Resource(m.Resource), false, nil
+	}
+	ns := obj.GetNamespace()
+	if ns == "" {
+		ns = namespace
+	}
+	return dyn.Resource(m.Resource).Namespace(ns), true, nil
+}
+
+// compare reads the live object and asks the API server what applying obj
+// would make of it (a server-side dry run as FieldManager, conflicts
+// forced, as the install's apply does): live is nil when the object does
+// not exist. This is the one comparison of diff and of drift.
+func compare(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) (live, merged *unstructured.Unstructured, err error) {
+	live, err = ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := obj.MarshalJSON()
+	if err != nil {
+		return nil, nil, err
+	}
+	force := true
+	merged, err = ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
+		FieldManager: FieldManager, Force: &force, DryRun: []string{metav1.DryRunAll},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("server-side dry run: %w", err)
+	}
+	return live, merged, nil
+}
+
+func isNamespace(o *unstructured.Unstructured) bool {
+	return o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1"
+}
+
+// clean is normalize with every Secret value redacted: what a diff shows.
 func clean(in *unstructured.Unstructured) map[string]any {
+	o := normalize(in)
+	if in.GetKind() == "Secret" {
+		// Never show a Secret's values, whoever made it.
+		for _, f := range []string{"data", "stringData"} {
+			if m, ok := o[f].(map[string]any); ok {
+				for k := range m {
+					m[k] = "<redacted>"
+				}
+			}
+		}
+	}
+	return o
+}
+
+// normalize drops what the server manages and what changes on every
+// write, and Helm's release annotations (a copy: in is not changed).
+func normalize(in *unstructured.Unstructured) map[string]any {
 	o := in.DeepCopy()
 	for _, f := range [][]string{
 		{"metadata", "managedFields"}, {"metadata", "resourceVersion"}, {"metadata", "uid"},
@@ -182,16 +267,6 @@ func clean(in *unstructured.Unstructured) map[string]any {
 		unstructured.RemoveNestedField(o.Object, "metadata", "annotations")
 	} else {
 		o.SetAnnotations(ann)
-	}
-	if o.GetKind() == "Secret" {
-		// Never show a Secret's values, whoever made it.
-		for _, f := range []string{"data", "stringData"} {
-			if m, ok := o.Object[f].(map[string]any); ok {
-				for k := range m {
-					m[k] = "<redacted>"
-				}
-			}
-		}
 	}
 	return o.Object
 }
@@ -215,6 +290,10 @@ func unified(name, before, after string) string {
 	}
 	return s
 }
+
+// Objects decodes a YAML stream of objects (a Helm release's manifest), in
+// a stable order.
+func Objects(manifest string) ([]*unstructured.Unstructured, error) { return decode(manifest) }
 
 func decode(manifest string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured

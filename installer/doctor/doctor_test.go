@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/fault"
@@ -180,5 +181,77 @@ func TestWorkloadAnalyzersReportTheFaults(t *testing.T) {
 		if fs[0].Title != w.Title || fs[0].Remediation != w.Remediation || !fs[0].Definitive || fs[0].Severity != Error || fs[0].Component != w.Component {
 			t.Errorf("%s: doctor %+v, fault %+v", id, fs[0], w)
 		}
+	}
+}
+
+// An Ingress without a load-balancer address is a warning only where the
+// configuration expects one: a LoadBalancer controller Service (the
+// default) or the operator's own controller; not with NodePort or
+// ClusterIP, nor when the controller's pods take host ports. Without a
+// recorded configuration, the controller's Service type decides.
+func TestIngressAddressJudgedByConfiguration(t *testing.T) {
+	ing := networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: "gitops-ui", Namespace: "onprem", Labels: map[string]string{"onprem.dev/component": "gitops-ui"}},
+		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "ci.example.com"}}}}
+	svc := func(typ corev1.ServiceType) corev1.Service {
+		return corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "ingress-controller", Namespace: "onprem", Labels: map[string]string{"onprem.dev/component": "ingress"}},
+			Spec: corev1.ServiceSpec{Type: typ}}
+	}
+	hostPortPod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ingress-controller-0", Namespace: "onprem", Labels: map[string]string{"onprem.dev/component": "ingress"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "traefik", Ports: []corev1.ContainerPort{{ContainerPort: 8443, HostPort: 443}}}}}}
+	for _, c := range []struct {
+		name   string
+		config string
+		svc    corev1.ServiceType
+		pods   []corev1.Pod
+		warn   bool
+	}{
+		{name: "default configuration (LoadBalancer)", config: "spec:\n  domain: ci.example.com\n", warn: true},
+		{name: "LoadBalancer", config: "spec:\n  ingress: {serviceType: LoadBalancer}\n", warn: true},
+		{name: "NodePort", config: "spec:\n  ingress: {serviceType: NodePort}\n", svc: corev1.ServiceTypeLoadBalancer},
+		{name: "ClusterIP", config: "spec:\n  ingress: {serviceType: ClusterIP}\n"},
+		{name: "the operator's own controller", config: "spec:\n  ingress: {mode: existing, className: nginx}\n", warn: true},
+		{name: "host ports", config: "spec:\n  ingress: {serviceType: LoadBalancer}\n", pods: []corev1.Pod{hostPortPod}},
+		{name: "no configuration, a NodePort Service", svc: corev1.ServiceTypeNodePort},
+		{name: "no configuration, a LoadBalancer Service", svc: corev1.ServiceTypeLoadBalancer, warn: true},
+		{name: "no configuration, no controller Service", warn: true},
+	} {
+		s := base()
+		if c.config != "" {
+			s.Config = []byte("apiVersion: onprem.dev/v1alpha1\nkind: Installation\n" + c.config)
+		}
+		o := s.Namespaces["onprem"]
+		o.Ingresses = []networkingv1.Ingress{ing}
+		o.Pods = c.pods
+		if c.svc != "" {
+			o.Services = []corev1.Service{svc(c.svc)}
+		}
+		got := only(t, Analyze(s), "ingress")
+		if c.warn && (len(got) != 1 || got[0].Severity != Warning || !holds(got[0], "has no address")) {
+			t.Errorf("%s: want one warning that the Ingress has no address, got %+v", c.name, got)
+		}
+		if !c.warn && len(got) != 0 {
+			t.Errorf("%s: want no finding, got %+v", c.name, got)
+		}
+	}
+}
+
+// Drift is a warning per component that names every drifted object and
+// says that 'onprem install' reverts it; a component compared without
+// drift, or that could not be compared, is not a finding.
+func TestDriftFinding(t *testing.T) {
+	s := base()
+	s.Drift = []snapshot.Drift{
+		{Component: "gitops-ui", Objects: []string{"Deployment/gitops-ui image", "Service/gitops-ui (deleted)"}},
+		{Component: "gitops-api"},
+		{Component: "redis", Error: "forbidden"},
+	}
+	got := only(t, Analyze(s), "drift")
+	if len(got) != 1 {
+		t.Fatalf("drift findings: %+v", got)
+	}
+	f := got[0]
+	if f.Severity != Warning || f.Component != "gitops-ui" || !holds(f, "drifted: Deployment/gitops-ui image", "drifted: Service/gitops-ui (deleted)") ||
+		!strings.Contains(f.Remediation, "onprem install") {
+		t.Errorf("drift finding: %+v", f)
 	}
 }

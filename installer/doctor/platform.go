@@ -80,11 +80,12 @@ func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys
 
 var ingress = Analyzer{
 	ID:          "ingress",
-	Description: "the platform's Ingress has no address, or routes to a Service with no ready endpoint",
+	Description: "the platform's Ingress routes to a Service with no ready endpoint, or has no address where the configuration expects one (a LoadBalancer controller Service)",
 	Run: func(in *Input) []Finding {
 		var out []Finding
 		ns := in.S.Meta.Namespace
 		o := in.S.Objects(ns)
+		expectAddress := ingressAddressExpected(in)
 		ready := map[string]int{}
 		for _, sl := range o.EndpointSlices {
 			for _, e := range sl.Endpoints {
@@ -111,11 +112,11 @@ var ingress = Analyzer{
 					Evidence:    []string{fmt.Sprintf("Service(s) %s: no ready endpoint", strings.Join(empty, ", "))},
 					Remediation: "the Service's pods are not ready: see component-unavailable and the findings about those pods"})
 			}
-			if len(ing.Status.LoadBalancer.Ingress) == 0 && len(ing.Spec.Rules) > 0 {
+			if len(ing.Status.LoadBalancer.Ingress) == 0 && len(ing.Spec.Rules) > 0 && expectAddress {
 				out = append(out, Finding{Severity: Warning, Component: componentOf(ing.Labels, ""), Object: object("Ingress", ns, ing.Name),
 					Title:       fmt.Sprintf("Ingress %s has no address", ing.Name),
 					Evidence:    []string{"status.loadBalancer is empty: the ingress controller has not published an address"},
-					Remediation: "check that the ingress controller runs and that its Service got an address (a LoadBalancer needs a load-balancer implementation, e.g. MetalLB on bare metal); with spec.ingress.serviceType NodePort, point the domain's DNS at the nodes instead"})
+					Remediation: "check that the ingress controller runs and that its Service got an address (a LoadBalancer needs a load-balancer implementation, e.g. MetalLB on bare metal); or set spec.ingress.serviceType NodePort and point the domain's DNS at the nodes"})
 			}
 		}
 		return out

@@ -64,6 +64,9 @@ type Options struct {
 	// Attachments, when set, reads the runners, runtimes, Git sources and
 	// managed clusters with their health.
 	Attachments func(ctx context.Context, s *Snapshot) (*Attachments, error)
+	// Drift, when set, compares each component's live objects with its
+	// deployed release (it changes nothing).
+	Drift func(ctx context.Context, s *Snapshot) ([]Drift, error)
 	// Progress is told when each collector ends.
 	Progress func(r CollectorResult)
 	// Now is the clock (tests).
@@ -130,7 +133,7 @@ func Collect(ctx context.Context, cl *kube.Cluster, o Options) (*Snapshot, error
 	c.phase(ctx, []collector{
 		{"objects", collectObjects}, {"secrets", collectSecrets}, {"cluster", collectCluster},
 		{"helm", collectReleases}, {"health", collectHealth}, {"preflight", collectPreflight},
-		{"attachments", collectAttachments},
+		{"attachments", collectAttachments}, {"drift", collectDrift},
 	})
 	if !o.NoLogs {
 		c.phase(ctx, []collector{{"logs", collectLogs}})
@@ -715,6 +718,26 @@ func collectAttachments(ctx context.Context, c *collection) (int, []string) {
 		n += len(l)
 	}
 	return n, append(skipped, a.Problems...)
+}
+
+func collectDrift(ctx context.Context, c *collection) (int, []string) {
+	if c.o.Drift == nil {
+		return 0, []string{"not compared"}
+	}
+	d, err := c.o.Drift(ctx, c.s)
+	c.mu.Lock()
+	c.s.Drift = d
+	c.mu.Unlock()
+	var skipped []string
+	if err != nil {
+		skipped = append(skipped, why("drift", err))
+	}
+	for _, x := range d {
+		if x.Error != "" {
+			skipped = append(skipped, "drift of "+x.Component+": "+x.Error)
+		}
+	}
+	return len(d), skipped
 }
 
 // troubled says whether a pod is worth its logs when only those are

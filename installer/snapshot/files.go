@@ -21,6 +21,7 @@ const (
 	FileHealth       = "health.json"
 	FilePreflight    = "preflight.json"
 	FileAttachments  = "attachments.json"
+	FileDrift        = "drift.json"
 	FileLogIndex     = "logs/index.json"
 	dirCluster       = "cluster/"
 	dirNamespaces    = "namespaces/"
@@ -99,6 +100,9 @@ func (s *Snapshot) Files() ([]File, error) {
 	if s.Attachments != nil {
 		add(FileAttachments, "runners, runtimes, Git sources and managed clusters with their health (no token)", s.Attachments)
 	}
+	if s.Drift != nil {
+		add(FileDrift, "per component, the live objects that differ from its deployed release in fields onprem sets (no value)", s.Drift)
+	}
 	add(FileLogIndex, "the containers whose logs were collected, and why a log is missing", s.Logs)
 	for _, l := range s.Logs {
 		if l.Error == "" {
@@ -167,7 +171,7 @@ func FromFiles(files map[string][]byte) (*Snapshot, error) {
 	for p, v := range map[string]any{FileReleases: &s.Releases, dirCluster + "nodes.json": &s.Cluster.Nodes,
 		dirCluster + "allocated.json": &s.Cluster.Allocated, dirCluster + "storageclasses.json": &s.Cluster.StorageClasses,
 		dirCluster + "persistentvolumes.json": &s.Cluster.PersistentVolumes, dirCluster + "ingressclasses.json": &s.Cluster.IngressClasses,
-		FileCertificates: &s.Certificates, FileHealth: &s.Health, FileLogIndex: &s.Logs} {
+		FileCertificates: &s.Certificates, FileHealth: &s.Health, FileLogIndex: &s.Logs, FileDrift: &s.Drift} {
 		if err := read(p, v); err != nil {
 			return nil, err
 		}

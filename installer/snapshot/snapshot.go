@@ -54,6 +54,19 @@ type Snapshot struct {
 	Preflight *preflight.Report `json:"-"`
 	// Attachments are the runners, runtimes and what hangs off them.
 	Attachments *Attachments `json:"-"`
+	// Drift is, per component of the platform, what its live objects have
+	// that differs from its deployed release (nil: not compared).
+	Drift []Drift `json:"-"`
+}
+
+// Drift is how one component's live objects differ from what onprem
+// applied in fields onprem sets: each object and what differs
+// ("Deployment/gitops-ui image"), never a value.
+type Drift struct {
+	Component string   `json:"component"`
+	Objects   []string `json:"objects,omitempty"`
+	// Error says why it could not be compared.
+	Error string `json:"error,omitempty"`
 }
 
 // Meta says what was collected, when, from where, and what was not.

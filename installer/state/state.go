@@ -234,6 +234,10 @@ type Operation struct {
 	Steps []Step `json:"steps,omitempty"`
 	// Backup is the backup a backup operation wrote, or a restore read.
 	Backup *BackupRecord `json:"backup,omitempty"`
+	// Repaired lists what an install or upgrade reverted in components
+	// whose live objects had drifted from what onprem applies, as
+	// "component: Kind/name fields" (field names, never values).
+	Repaired []string `json:"repaired,omitempty"`
 }
 
 // BackupRecord names a backup file (never a key or a credential).
