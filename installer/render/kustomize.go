@@ -20,7 +20,7 @@ import (
 )
 
 // kustomizationFiles are the names kustomize accepts for its file.
-var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
+var kustomizationFiles = config.KustomizationFiles
 
 // postRender runs the kustomize stage over the whole platform in memory:
 // the platform's own bases from manifests/ plus every chart's objects, then
@@ -367,6 +367,8 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 // loadOverlay copies an operator's overlay folder into the in-memory tree.
 // The folder holds a kustomize Component; a Kustomization without resources
 // is accepted and treated as one (it can only be meant as patches).
+// config.OverlayProblem, which 'onprem config validate' reports, refuses
+// every other folder.
 func loadOverlay(mem filesys.FileSystem, dir, dst string) error {
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -374,6 +376,9 @@ func loadOverlay(mem filesys.FileSystem, dir, dst string) error {
 	}
 	if !info.IsDir() {
 		return fmt.Errorf("spec.overlays: %s is not a folder; an overlay is a folder holding a kustomization.yaml", dir)
+	}
+	if msg := config.OverlayProblem(dir); msg != "" {
+		return fmt.Errorf("spec.overlays: %s", msg)
 	}
 	if err := copyFS(mem, os.DirFS(dir), dst); err != nil {
 		return fmt.Errorf("spec.overlays: %s: %w", dir, err)
@@ -385,34 +390,28 @@ func loadOverlay(mem filesys.FileSystem, dir, dst string) error {
 			break
 		}
 	}
-	if kfile == "" {
-		return fmt.Errorf("spec.overlays: %s has no kustomization.yaml; write one of kind Component (apiVersion kustomize.config.k8s.io/v1alpha1)", dir)
-	}
 	data, err := mem.ReadFile(kfile)
 	if err != nil {
-		return err
+		return fmt.Errorf("spec.overlays: %s: %w", dir, err)
 	}
 	var k map[string]any
 	if err := yaml.Unmarshal(data, &k); err != nil {
-		return fmt.Errorf("spec.overlays: %s: %w", filepath.Join(dir, path.Base(kfile)), err)
+		return fmt.Errorf("spec.overlays: %s: not a kustomization: %w", filepath.Join(dir, path.Base(kfile)), err)
 	}
-	switch k["kind"] {
-	case "Component":
+	if k == nil {
+		// OverlayProblem refuses an empty file; never write into a nil map.
+		k = map[string]any{}
+	}
+	if k["kind"] == "Component" {
 		return nil
-	case nil, "Kustomization":
-		if _, has := k["resources"]; has {
-			return fmt.Errorf("spec.overlays: %s is a Kustomization with resources; an overlay changes the platform's objects, so write it as kind: Component (apiVersion kustomize.config.k8s.io/v1alpha1) and keep any new objects under its resources", dir)
-		}
-		k["apiVersion"] = "kustomize.config.k8s.io/v1alpha1"
-		k["kind"] = "Component"
-		b, err := yaml.Marshal(k)
-		if err != nil {
-			return err
-		}
-		return mem.WriteFile(kfile, b)
-	default:
-		return fmt.Errorf("spec.overlays: %s: kind %v is not a kustomize Component", dir, k["kind"])
 	}
+	k["apiVersion"] = "kustomize.config.k8s.io/v1alpha1"
+	k["kind"] = "Component"
+	b, err := yaml.Marshal(k)
+	if err != nil {
+		return err
+	}
+	return mem.WriteFile(kfile, b)
 }
 
 // copyFS copies every file of src under dst in mem.
