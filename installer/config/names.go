@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,6 +20,30 @@ import (
 func checkDNSLabel(v string) string {
 	if msgs := validation.IsDNS1123Label(v); len(msgs) > 0 {
 		return fmt.Sprintf("%q is not a valid DNS label: %s", v, strings.Join(msgs, "; "))
+	}
+	return ""
+}
+
+// SystemNamespaces are the namespaces of Kubernetes itself. Kubernetes
+// also reserves every name starting with "kube-" for itself.
+var SystemNamespaces = []string{"default", "kube-node-lease", "kube-public", "kube-system"}
+
+// IsSystemNamespace says whether ns belongs to Kubernetes itself.
+func IsSystemNamespace(ns string) bool {
+	return slices.Contains(SystemNamespaces, ns) || strings.HasPrefix(ns, "kube-")
+}
+
+// checkNamespace checks a namespace that onprem installs into and
+// manages (labels for Pod Security, default-deny NetworkPolicies, removes
+// with --purge): a DNS label that is not one of Kubernetes' own. what names
+// its owner ("the platform"), example a good name.
+func checkNamespace(v, what, example string) string {
+	if msg := checkDNSLabel(v); msg != "" {
+		return msg
+	}
+	if IsSystemNamespace(v) {
+		return fmt.Sprintf("%q is a namespace of Kubernetes itself (%s, and every name starting with kube-): onprem labels %s's namespace for the restricted Pod Security Standard and puts default-deny NetworkPolicies in it, which would break what already runs there; give %s a namespace of its own, e.g. %s",
+			v, strings.Join(SystemNamespaces, ", "), what, what, example)
 	}
 	return ""
 }

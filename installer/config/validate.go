@@ -135,7 +135,7 @@ func (v *validator) core(s *Spec) {
 	}
 
 	if s.Namespace != "" {
-		v.check("spec.namespace", checkDNSLabel(s.Namespace), "")
+		v.check("spec.namespace", checkNamespace(s.Namespace, "the platform", DefaultNamespace), "")
 	}
 }
 
