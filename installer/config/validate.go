@@ -30,6 +30,7 @@ func Validate(in *Installation, src *Source, opts ValidateOptions) error {
 		return Errors{{File: src.Filename(), Message: "no configuration to validate"}}
 	}
 	v := &validator{c: newCollector(src), opts: opts}
+	v.lengths(reflect.ValueOf(in).Elem(), "")
 	v.identity(in)
 	v.enums(reflect.ValueOf(in).Elem(), "")
 	s := &in.Spec
@@ -87,6 +88,49 @@ func (v *validator) identity(in *Installation) {
 	}
 	if in.Metadata.Name != "" {
 		v.check("metadata.name", checkDNSLabel(in.Metadata.Name), "")
+	}
+}
+
+// MaxValueLength is the longest value a field of onprem.yaml takes (Helm
+// values aside): a path of the file system may be this long, and no name,
+// URL or key comes near it.
+const MaxValueLength = 4096
+
+// lengths reports every value longer than MaxValueLength, wherever it is,
+// and keeps every other check quiet about it: one short line says what is
+// wrong, however large the value.
+func (v *validator) lengths(rv reflect.Value, path string) {
+	switch rv.Kind() {
+	case reflect.String:
+		if n := rv.Len(); n > MaxValueLength {
+			v.c.add(path, "", "%q is too long: %d bytes, and no value of this field is longer than %d", rv.String(), n, MaxValueLength)
+			v.c.quiet[path] = true
+		}
+	case reflect.Struct:
+		for _, f := range structFields(rv.Type()) {
+			v.lengths(rv.Field(f.index), fieldPath(path, f.name))
+		}
+	case reflect.Slice:
+		for i := range rv.Len() {
+			v.lengths(rv.Index(i), indexPath(path, i))
+		}
+	case reflect.Map:
+		if rv.Type().Key().Kind() != reflect.String {
+			return
+		}
+		for _, k := range rv.MapKeys() {
+			kpath := keyPath(path, k.String())
+			if n := k.Len(); n > MaxValueLength {
+				v.c.add(kpath, "", "the key %q is too long: %d bytes, and no key of this field is longer than %d", k.String(), n, MaxValueLength)
+				v.c.quiet[kpath] = true
+				continue
+			}
+			v.lengths(rv.MapIndex(k), kpath)
+		}
+	case reflect.Pointer:
+		if !rv.IsNil() {
+			v.lengths(rv.Elem(), path)
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package config
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +19,7 @@ func (k clusterKey) String() string {
 	if ClusterRef(k).IsPlatformCluster() {
 		return "the platform's cluster"
 	}
-	return fmt.Sprintf("the cluster of kubeconfig %q, context %q", k.Kubeconfig, k.Context)
+	return sprintf("the cluster of kubeconfig %q, context %q", k.Kubeconfig, k.Context)
 }
 
 func (v *validator) runners(s *Spec) {
