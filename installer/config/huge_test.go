@@ -37,8 +37,8 @@ func TestHugeValuesAreNotEchoed(t *testing.T) {
 		// YAML keys are at most 1024 characters long.
 		{"unknown key", head + "  domain: ci.example.com\n  " + key + ": 1\n", nil, nil, []string{`spec["cccc`}, "unknown field"},
 		{"a whole number", head + "  domain: ci.example.com\n  rotation: {keysMaxAgeDays: " + strings.Repeat("9", 1<<20) + "}\n", nil, nil, []string{"spec.rotation.keysMaxAgeDays"}, "..."},
-		{"environment", head + "  domain: ci.example.com\n", map[string]string{"ONPREM_DOMAIN": long, "ONPREM_PROFILE": long}, nil,
-			[]string{"spec.domain", "spec.profile"}, "bytes"},
+		{"environment", head + "  domain: ci.example.com\n", map[string]string{"ONPREM_DOMAIN": long, "ONPREM_PROFILE": long, "ONPREM_LEGACY_NATS_ENABLED": long}, nil,
+			[]string{"spec.domain", "spec.legacy.nats.enabled", "spec.profile"}, "bytes"},
 		{"flag", head + "  domain: ci.example.com\n", nil, &long, []string{"spec.namespace"}, "bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -57,9 +57,13 @@ func Load(ctx context.Context, opts LoadOptions) (*Installation, *Source, error)
 	if lookup == nil {
 		lookup = envconfig.OsLookuper()
 	}
-	if err := ApplyEnv(ctx, in, lookup); err != nil {
+	// A variable that cannot be parsed is reported with the file's other
+	// problems, never instead of them.
+	envErrs, err := applyEnvLenient(ctx, in, lookup)
+	if err != nil {
 		return nil, nil, err
 	}
+	decodeErrs = append(decodeErrs, envErrs...)
 	for p, origin := range envOrigins(lookup) {
 		src.setOrigin(p, origin)
 	}
