@@ -40,6 +40,10 @@ func closest(s string, candidates []string) string {
 	return best
 }
 
+// DidYouMean is the hint for a misspelt name (did you mean "mode"?), or
+// "" when no candidate is close.
+func DidYouMean(s string, candidates []string) string { return didYouMean(s, candidates) }
+
 // didYouMean is the hint for a misspelt name, or "" when nothing is close.
 func didYouMean(s string, candidates []string) string {
 	if c := closest(s, candidates); c != "" {

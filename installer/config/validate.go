@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 )
 
 // ValidateOptions carries what validation cannot know by itself.
@@ -19,6 +20,21 @@ type ValidateOptions struct {
 	// holds a valid kustomization (Load sets it: the paths are resolved
 	// against the file's folder).
 	OverlayFolders bool
+	// CheckValues, when set, checks the components' Helm values
+	// (spec.components.NAME.values) of the defaulted installation, e.g.
+	// against their charts' schemas (render.CheckValues); each problem is
+	// reported at its value's line.
+	CheckValues func(in *Installation) []ValuesProblem
+}
+
+// ValuesProblem is a problem with a value of spec.components.NAME.values.
+type ValuesProblem struct {
+	Component string
+	// Path is the value's place inside the component's values: keys, and
+	// the indexes of lists as decimal numbers ("0").
+	Path    []string
+	Message string
+	Hint    string
 }
 
 // Validate checks a defaulted installation (see SetDefaults) and returns
@@ -44,6 +60,7 @@ func Validate(in *Installation, src *Source, opts ValidateOptions) error {
 	v.databases(s)
 	v.modules(s)
 	v.components(s)
+	v.componentValues(in)
 	v.overlays(s)
 	v.placement(s)
 	v.proxy(s)
@@ -216,6 +233,32 @@ func (v *validator) components(s *Spec) {
 				v.c.add(path, "", "unknown component (valid: %s)", quoteList(known))
 			}
 		}
+	}
+}
+
+// componentValues reports what ValidateOptions.CheckValues finds, each at
+// the line of its value.
+func (v *validator) componentValues(in *Installation) {
+	if v.opts.CheckValues == nil {
+		return
+	}
+	for _, p := range v.opts.CheckValues(in) {
+		path := keyPath("spec.components", p.Component) + ".values"
+		var at any = in.Spec.Components[p.Component].Values
+		for _, tok := range p.Path {
+			if l, ok := at.([]any); ok {
+				i, _ := strconv.Atoi(tok)
+				path = indexPath(path, i)
+				if i >= 0 && i < len(l) {
+					at = l[i]
+				}
+				continue
+			}
+			path = keyPath(path, tok)
+			m, _ := at.(map[string]any)
+			at = m[tok]
+		}
+		v.c.add(path, p.Hint, "%s", p.Message)
 	}
 }
 

@@ -53,7 +53,11 @@ func (e *OverlayError) Unwrap() error { return e.Err }
 func IsInputError(err error) bool {
 	var se *SetError
 	var oe *OverlayError
-	return errors.As(err, &se) || errors.As(err, &oe)
+	var ve *ValuesError
+	if errors.As(err, &ve) && ve.Origin == "values" {
+		return false // onprem's own values: a bug, not the operator's
+	}
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ve)
 }
 
 // overlayPatch is one patch of an operator's overlay.

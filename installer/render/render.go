@@ -192,6 +192,9 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 			return nil, fmt.Errorf("component %s: release %s needs chart %s %s, but this onprem has %s %s: use the onprem that ships release %s, or a bundle of it",
 				p.Name, rel.Version, p.Chart, p.ChartVersion, p.Chart, ch.Metadata.Version, rel.Version)
 		}
+		if err := checkComponentValues(ch, p.Name, st.values[p.Name], sets[p.Name], in.Spec.Components[p.Name].Values); err != nil {
+			return nil, err
+		}
 		ms, err := charts.Template(ch, p.Name, in.Spec.Namespace, st.values[p.Name])
 		if err != nil {
 			return nil, fmt.Errorf("component %s: %w", p.Name, err)
