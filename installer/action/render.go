@@ -30,10 +30,7 @@ func (r *Render) Run(ctx context.Context) (*render.Result, error) {
 	}
 	res, err := render.Render(ctx, l.RenderOptions(r.Set))
 	if err != nil {
-		if render.IsInputError(err) {
-			return nil, inputErr(err)
-		}
-		return nil, err
+		return nil, renderError(err, l.Source)
 	}
 	if r.Component == "" {
 		return res, nil
