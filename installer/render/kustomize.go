@@ -69,7 +69,14 @@ func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.
 			return nil, err
 		}
 	}
-	return objectsOf(rm)
+	out, err := objectsOf(rm)
+	if err != nil {
+		return nil, err
+	}
+	if p.runner {
+		return out, nil
+	}
+	return p.enforce(out)
 }
 
 // applyOverlays builds the operator's overlays over seen, the platform as

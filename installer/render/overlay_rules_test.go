@@ -150,3 +150,91 @@ func unannotate(m map[string]any) {
 		}
 	}
 }
+
+// What an operator's overlay or --set adds is relocated to spec.registry
+// and hardened like the charts' own pods; what the restricted Pod
+// Security Standard refuses is refused, naming the object (issue 33,
+// item 3).
+func TestOverlayAndSetAdditionsAreRelocatedAndHardened(t *testing.T) {
+	const registry = "registry.airgap.internal:5000/onprem/"
+	sidecar := overlayDir(t, "kind: Component\npatches:\n  - target: {kind: Deployment, name: pipelines-api}\n    patch: |\n      - op: add\n        path: /spec/template/spec/containers/-\n        value: {name: shipper, image: \"busybox:1.36\", args: [sleep, infinity]}\n", map[string]string{})
+	added := overlayDir(t, "kind: Component\nresources: [exporter.yaml]\n", map[string]string{"exporter.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: exporter}
+spec:
+  selector: {matchLabels: {app: exporter}}
+  template:
+    metadata: {labels: {app: exporter}}
+    spec:
+      initContainers: [{name: init, image: "quay.io/prometheus/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"}]
+      containers: [{name: exporter, image: "docker.io/prom/statsd-exporter:v0.26.0", securityContext: {runAsUser: 65534}}]
+`})
+	res, err := renderWith(t, "private-registry-large", []string{sidecar, added}, "gitops-api.images.service=busybox:1.36")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct{ component, kind, name, container, image string }
+	for _, w := range []want{
+		{"pipelines-api", "Deployment", "pipelines-api", "shipper", registry + "library/busybox:1.36"},
+		{PlatformComponent, "Deployment", "exporter", "init", registry + "prometheus/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"},
+		{PlatformComponent, "Deployment", "exporter", "exporter", registry + "prom/statsd-exporter:v0.26.0"},
+		{"gitops-api", "Deployment", "gitops-api", "gitops-api", registry + "library/busybox:1.36"},
+	} {
+		o := find(t, res.Component(w.component), w.kind, w.name)
+		pod, ok := podSpecOf(o)
+		if !ok {
+			t.Fatalf("%s: no pod", w.name)
+		}
+		var found bool
+		for _, c := range append(pod.InitContainers, pod.Containers...) {
+			if c.Name != w.container {
+				continue
+			}
+			found = true
+			if c.Image != w.image {
+				t.Errorf("%s/%s: image %s, want %s", w.name, c.Name, c.Image, w.image)
+			}
+			sc := c.SecurityContext
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !dropsAll(sc.Capabilities.Drop) {
+				t.Errorf("%s/%s: not hardened: %+v", w.name, c.Name, sc)
+			}
+		}
+		if !found {
+			t.Errorf("%s has no container %s", w.name, w.container)
+		}
+		psc := pod.SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != "RuntimeDefault" {
+			t.Errorf("%s: pod not hardened: %+v", w.name, psc)
+		}
+		if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken || pod.EnableServiceLinks == nil || *pod.EnableServiceLinks {
+			t.Errorf("%s: token or service links left on", w.name)
+		}
+	}
+	// The platform's rules hold for every pod but for what Check asks of
+	// a platform service that a sidecar need not have (probes, resources,
+	// its own read-only root).
+	for _, p := range Check(res, CheckOptions{RegistryPrefix: registry}) {
+		if p.Rule == "registry" || (p.Rule == "security" && !strings.Contains(p.Message, "writable root")) {
+			t.Errorf("%s", p)
+		}
+	}
+
+	for _, c := range []struct{ name, patch, want string }{
+		{"privileged", "- op: add\n  path: /spec/template/spec/containers/-\n  value: {name: x, image: busybox, securityContext: {privileged: true}}", "Deployment/pipelines-api (component pipelines-api): privileged"},
+		{"host network", "- op: add\n  path: /spec/template/spec/hostNetwork\n  value: true", "host namespaces"},
+		{"root", "- op: add\n  path: /spec/template/spec/securityContext/runAsUser\n  value: 0", "runAsUser=0"},
+		{"escalation", "- op: add\n  path: /spec/template/spec/containers/-\n  value: {name: x, image: busybox, securityContext: {allowPrivilegeEscalation: true}}", "allowPrivilegeEscalation != false"},
+		{"capabilities", "- op: add\n  path: /spec/template/spec/containers/-\n  value: {name: x, image: busybox, securityContext: {capabilities: {add: [NET_ADMIN]}}}", "unrestricted capabilities"},
+		{"host path", "- op: add\n  path: /spec/template/spec/volumes/-\n  value: {name: h, hostPath: {path: /var/run}}", `restricted volume type "hostPath"`},
+		{"an image that is no reference", "- op: add\n  path: /spec/template/spec/containers/-\n  value: {name: x, image: \"Not An Image\"}", `container "x": image "Not An Image" cannot be relocated`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := overlayDir(t, "kind: Component\npatches:\n  - target: {kind: Deployment, name: pipelines-api}\n    path: p.yaml\n", map[string]string{"p.yaml": c.patch})
+			_, err := renderWith(t, "private-registry-large", []string{dir})
+			var pe *PodRulesError
+			if !errors.As(err, &pe) || !IsInputError(err) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want a PodRulesError with %q", err, c.want)
+			}
+		})
+	}
+}

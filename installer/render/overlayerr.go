@@ -61,10 +61,11 @@ func IsInputError(err error) bool {
 	var se *SetError
 	var oe *OverlayError
 	var ve *ValuesError
+	var pe *PodRulesError
 	if errors.As(err, &ve) && ve.Origin == "values" {
 		return false // onprem's own values: a bug, not the operator's
 	}
-	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ve)
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ve) || errors.As(err, &pe)
 }
 
 // OverlayErrors is every problem found in the operator's overlays, in
