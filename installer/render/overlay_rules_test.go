@@ -8,6 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // overlayDir writes an overlay folder: its kustomization and other files.
@@ -127,30 +133,6 @@ func TestOverlaysChangeOnlyWhatTheySay(t *testing.T) {
 	}
 }
 
-// unannotate removes example.org/team from every annotations map of an
-// object (its own, its pod template's), and the maps it leaves empty.
-func unannotate(m map[string]any) {
-	for k, v := range m {
-		switch x := v.(type) {
-		case map[string]any:
-			if k == "annotations" {
-				delete(x, "example.org/team")
-				if len(x) == 0 {
-					delete(m, k)
-				}
-				continue
-			}
-			unannotate(x)
-		case []any:
-			for _, item := range x {
-				if im, ok := item.(map[string]any); ok {
-					unannotate(im)
-				}
-			}
-		}
-	}
-}
-
 // What an operator's overlay or --set adds is relocated to spec.registry
 // and hardened like the charts' own pods; what the restricted Pod
 // Security Standard refuses is refused, naming the object (issue 33,
@@ -236,5 +218,78 @@ spec:
 				t.Errorf("err = %v, want a PodRulesError with %q", err, c.want)
 			}
 		})
+	}
+}
+
+// Replicas an overlay gives a workload get what the same replicas in
+// values get (the chart's PodDisruptionBudget and spread over nodes); a
+// component that cannot have them is refused (issue 33, item 5).
+func TestReplicasFromAnOverlayAreRenderedAsValues(t *testing.T) {
+	for _, c := range []struct{ component, kind, name string }{
+		{"gitops-api", "Deployment", "gitops-api"},
+		{"ingress", "Deployment", "ingress-controller"},
+	} {
+		t.Run(c.component, func(t *testing.T) {
+			patch := "kind: Component\npatches:\n  - target: {kind: " + c.kind + ", name: " + c.name + "}\n    patch: |\n      - op: replace\n        path: /spec/replicas\n        value: 3\n"
+			viaOverlay, err := renderWith(t, "minimal", []string{overlayDir(t, patch, map[string]string{})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			viaSet, err := renderWith(t, "minimal", nil, c.component+".replicas=3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := yamlOf(t, viaOverlay), yamlOf(t, viaSet); !bytes.Equal(got, want) {
+				t.Errorf("replicas from an overlay differ from --set %s.replicas=3:\n%s", c.component, firstDiff(string(got), string(want)))
+			}
+			var pdb policyv1.PodDisruptionBudget
+			toTyped(t, find(t, viaOverlay.Component(c.component), "PodDisruptionBudget", c.name), &pdb)
+			var d appsv1.Deployment
+			toTyped(t, find(t, viaOverlay.Component(c.component), "Deployment", c.name), &d)
+			if *d.Spec.Replicas != 3 || !equality.Semantic.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Selector.MatchLabels) {
+				t.Errorf("replicas %d, PDB selects %v", *d.Spec.Replicas, pdb.Spec.Selector)
+			}
+		})
+	}
+	// A standalone server cannot have three.
+	patch := "kind: Component\npatches:\n  - target: {kind: StatefulSet, name: mongodb}\n    patch: |\n      - op: replace\n        path: /spec/replicas\n        value: 3\n"
+	_, err := renderWith(t, "minimal", []string{overlayDir(t, patch, map[string]string{})})
+	if !IsInputError(err) || !strings.Contains(err.Error(), "spec.overlays on component mongodb: replicas: the number 3 is too large (at most 1)") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// unannotate removes example.org/team from every annotations map of an
+// object (its own, its pod template's), and the maps it leaves empty.
+func unannotate(m map[string]any) {
+	for k, v := range m {
+		switch x := v.(type) {
+		case map[string]any:
+			if k == "annotations" {
+				delete(x, "example.org/team")
+				if len(x) == 0 {
+					delete(m, k)
+				}
+				continue
+			}
+			unannotate(x)
+		case []any:
+			for _, item := range x {
+				if im, ok := item.(map[string]any); ok {
+					unannotate(im)
+				}
+			}
+		}
+	}
+}
+
+func toTyped(t *testing.T, o *unstructured.Unstructured, out any) {
+	t.Helper()
+	b, err := yaml.Marshal(o.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -27,7 +27,7 @@ import (
 type OverlayError struct {
 	// Index is the overlay's index in spec.overlays, Dir its folder and
 	// File its kustomization's name.
-	Index int
+	Index int // -1: not known which one
 	Dir   string
 	File  string
 	// Patch is the patch's index in the kustomization's patches (-1: not
@@ -40,6 +40,9 @@ type OverlayError struct {
 
 func (e *OverlayError) Error() string {
 	where := fmt.Sprintf("spec.overlays[%d] (%s)", e.Index, filepath.Join(e.Dir, e.File))
+	if e.Index < 0 {
+		where = "spec.overlays" // not known which one
+	}
 	if e.Patch >= 0 {
 		where += fmt.Sprintf(" patches[%d]", e.Patch)
 	}
@@ -384,7 +387,10 @@ func AsConfigErrors(err error, src *config.Source) (errs config.Errors, ok bool)
 		return nil, false
 	}
 	for _, e := range oes {
-		path := fmt.Sprintf("spec.overlays[%d]", e.Index)
+		path := "spec.overlays"
+		if e.Index >= 0 {
+			path = fmt.Sprintf("spec.overlays[%d]", e.Index)
+		}
 		msg := strings.TrimPrefix(strings.TrimPrefix(e.Error(), path), " ")
 		errs = append(errs, config.FieldError{File: src.Filename(), Line: src.Line(path), Path: path, Message: msg})
 	}

@@ -345,7 +345,9 @@ func CheckValues(in *config.Installation, rel *release.Release, chartsFS fs.FS) 
 // error (exit 2).
 type ValuesError struct {
 	Component string
-	// Origin is "spec.components.NAME.values" or "--set".
+	// Origin is "spec.components.NAME.values", "--set", "" (an
+	// overlay's replicas) or "values" (onprem's own values: not the
+	// operator's error).
 	Origin   string
 	Problems []valueProblem
 }
@@ -358,7 +360,10 @@ func (e *ValuesError) Error() string {
 			where = "--set " + e.Component
 		}
 		if len(p.path) > 0 {
-			where += "." + strings.Join(p.path, ".")
+			if where != "" {
+				where += "."
+			}
+			where += strings.Join(p.path, ".")
 		}
 		l := where + ": " + p.message
 		if p.hint != "" {
@@ -369,28 +374,41 @@ func (e *ValuesError) Error() string {
 	return strings.Join(lines, "\n")
 }
 
+// layers are the values of one component that someone other than onprem
+// gave: its --set values, its values in onprem.yaml, the replicas an
+// operator's overlay gives its workload.
+type layers struct {
+	set, config, overlaid map[string]any
+}
+
 // checkComponentValues validates a component's final values (values)
-// against its chart's schema before Helm does, so that a value the
-// operator gave is named as theirs: set holds the component's --set
-// values, cfg its values in onprem.yaml. A problem with a value neither
-// set is onprem's own (a release or profile), a plain error.
-func checkComponentValues(ch *chartv2.Chart, name string, values, set, cfg map[string]any) error {
+// against its chart's schema before Helm does, so that a value someone
+// gave is named as theirs (--set, spec.components, spec.overlays). A
+// problem with a value none of them gave is onprem's own (a release or
+// profile), a plain error.
+func checkComponentValues(ch *chartv2.Chart, name string, values map[string]any, given layers) error {
 	problems, err := checkSchema(ch, values)
 	if err != nil || len(problems) == 0 {
 		return err
 	}
-	var bySet, byCfg, other []valueProblem
+	var bySet, byCfg, byOverlay, other []valueProblem
 	for _, p := range problems {
 		switch {
-		case within(set, p.path):
+		case within(given.overlaid, p.path):
+			byOverlay = append(byOverlay, p)
+		case within(given.set, p.path):
 			bySet = append(bySet, p)
-		case within(cfg, p.path):
+		case within(given.config, p.path):
 			byCfg = append(byCfg, p)
 		default:
 			other = append(other, p)
 		}
 	}
 	switch {
+	case len(byOverlay) > 0:
+		return OverlayErrors{{Index: -1, Patch: -1, Target: "component " + name,
+			Err:  &ValuesError{Component: name, Problems: byOverlay},
+			Hint: "an overlay changed the replicas of its workload, and they are rendered as its values would be: change the overlay"}}
 	case len(bySet) > 0:
 		return &SetError{&ValuesError{Component: name, Origin: "--set", Problems: bySet}}
 	case len(byCfg) > 0:
