@@ -40,6 +40,8 @@ func TestExitCodesKeepTheREADMEsPromise(t *testing.T) {
 		{[]string{"render", "-c", filepath.Join(dir, "folder")}, exitInput, []string{"is a folder"}, ""},
 		{[]string{"status", "-c", filepath.Join(dir, "folder")}, exitInput, []string{"is a folder"}, ""},
 		{[]string{"config", "validate", "-c", filepath.Join(dir, "missing.yaml")}, exitInput, []string{"does not exist"}, ""},
+		// Found by FuzzCLI: a name too long for the file system.
+		{[]string{"config", "validate", "-c", strings.Repeat("0", 300)}, exitInput, []string{"cannot be opened (file name too long)"}, ""},
 		{[]string{"config", "validate", "extra"}, exitInput, []string{`unknown command "extra" for "onprem config validate"`}, ""},
 		{[]string{"backup", "--bogus"}, exitInput, []string{"unknown flag: --bogus"}, ""},
 		// Help asked for, or a group alone: its help, exit 0.

@@ -108,7 +108,7 @@ access.`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return inputError{fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)}
+				return inputError{fmt.Errorf("--log-level %s: use debug, info, warn or error", quote.Value(logLevel))}
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})))
 			return nil

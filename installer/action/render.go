@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"onprem.dev/onprem/installer/quote"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/version"
 )
@@ -41,7 +42,7 @@ func (r *Render) Run(ctx context.Context) (*render.Result, error) {
 		for _, c := range res.Components {
 			names = append(names, c.Name)
 		}
-		return nil, inputErr(fmt.Errorf("--component %s: not a component of this installation; components: %s", r.Component, strings.Join(names, ", ")))
+		return nil, inputErr(fmt.Errorf("--component %s: not a component of this installation; components: %s", quote.Text(r.Component), strings.Join(names, ", ")))
 	}
 	res.Components = []*render.Component{c}
 	return res, nil

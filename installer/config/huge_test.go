@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -97,5 +98,19 @@ func BenchmarkLoadHugeValue(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A path that cannot be opened is the operator's to fix (exit 2), as a
+// missing file or a folder is.
+func TestUnopenablePathIsAConfigurationError(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "file", "x")
+	for _, path := range []string{strings.Repeat("0", 300), filepath.Join(file, "onprem.yaml"), dir} {
+		_, _, err := Load(context.Background(), LoadOptions{Path: path, Lookup: mapLookup(nil)})
+		var es Errors
+		if !errors.As(err, &es) {
+			t.Errorf("%.40s: %T %v, want configuration errors", path, err, err)
+		}
 	}
 }

@@ -99,7 +99,14 @@ func readFile(path string) ([]byte, error) {
 		return nil, Errors{{File: path, Message: "cannot be read (permission denied): give onprem read access to it, or the path of a copy it can read"}}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading configuration file %s: %w", path, err)
+		// The path itself is wrong (too long, through a file, a loop of
+		// links): the operator's to fix, like a missing file.
+		reason := err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			reason = pe.Err
+		}
+		return nil, Errors{{File: path, Message: fmt.Sprintf("cannot be opened (%v): give the path of the configuration file", reason)}}
 	}
 	defer f.Close()
 	if info, err := f.Stat(); err == nil && info.IsDir() {

@@ -125,7 +125,7 @@ func leaves(e *jsonschema.ValidationError) []*jsonschema.ValidationError {
 // from the schema as the hint.
 func describeProblem(e *jsonschema.ValidationError, schema, inst any) []valueProblem {
 	at := e.InstanceLocation
-	got := valueAt(inst, at)
+	got, _ := valueAt(inst, at)
 	hint := descriptionAt(schema, at)
 	switch k := e.ErrorKind.(type) {
 	case *kind.AdditionalProperties:
@@ -201,23 +201,26 @@ func describeValue(v any) string {
 	return quote.Text(fmt.Sprint(v))
 }
 
-// valueAt is the value at path in a decoded JSON document (nil: none).
-func valueAt(doc any, path []string) any {
+// valueAt is the value at path in a decoded document: keys of mappings,
+// indexes of lists; ok is false when there is none.
+func valueAt(doc any, path []string) (v any, ok bool) {
 	for _, p := range path {
 		switch d := doc.(type) {
 		case map[string]any:
-			doc = d[p]
+			if doc, ok = d[p]; !ok {
+				return nil, false
+			}
 		case []any:
 			i, err := strconv.Atoi(p)
 			if err != nil || i < 0 || i >= len(d) {
-				return nil
+				return nil, false
 			}
 			doc = d[i]
 		default:
-			return nil
+			return nil, false
 		}
 	}
-	return doc
+	return doc, true
 }
 
 // schemaAt follows path through a schema's properties, additionalProperties
@@ -261,26 +264,11 @@ func propertiesAt(schema any, path []string) []string {
 // values of a component, or --set's): each key present, each index
 // inside its list.
 func within(values map[string]any, path []string) bool {
-	var doc any = values
-	for _, p := range path {
-		switch d := doc.(type) {
-		case map[string]any:
-			v, ok := d[p]
-			if !ok {
-				return false
-			}
-			doc = v
-		case []any:
-			i, err := strconv.Atoi(p)
-			if err != nil || i < 0 || i >= len(d) {
-				return false
-			}
-			doc = d[i]
-		default:
-			return false
-		}
+	if len(values) == 0 {
+		return false
 	}
-	return true
+	_, ok := valueAt(values, path)
+	return ok
 }
 
 // CheckValues checks the values the configuration gives each component
