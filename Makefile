@@ -26,8 +26,8 @@ all: build
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/onprem ./cmd/onprem
 
-# The whole test suite: formatting, vet, every test, and a short fuzz run of
-# the config decoder.
+# The whole test suite: formatting, vet, every test, and short fuzz runs of
+# the config decoder and of the command line (FUZZTIME each).
 test: fmt-check vet unit fuzz
 
 fmt-check:
@@ -43,6 +43,7 @@ unit:
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./installer/config
+	$(GO) test -run='^$$' -fuzz=FuzzCLI -fuzztime=$(FUZZTIME) ./cmd/onprem
 
 # The whole platform on a kind cluster, offline: images and node image built
 # here (cached in $(ONPREM_CACHE)), bundle create/push to a registry the node

@@ -82,3 +82,54 @@ func valuesOf(t *testing.T, doc string) map[string]any {
 	}
 	return v
 }
+
+// Every chart has a values.schema.json, and Helm refuses values that do
+// not match it: a misspelt key, a value of the wrong type (issue 33,
+// item 5). The chart's own values.yaml and ci/*.yaml match it
+// (TestEveryChartRenders renders them through the same validation).
+func TestEveryChartHasASchemaHelmEnforces(t *testing.T) {
+	names, err := Names()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			c, err := Load(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Schema) == 0 {
+				t.Fatal("no values.schema.json")
+			}
+			var schema struct {
+				Properties           map[string]any `json:"properties"`
+				AdditionalProperties *bool          `json:"additionalProperties"`
+			}
+			if err := yaml.Unmarshal(c.Schema, &schema); err != nil {
+				t.Fatal(err)
+			}
+			if schema.AdditionalProperties == nil || *schema.AdditionalProperties {
+				t.Error("the schema lets unknown keys through: set additionalProperties: false")
+			}
+			for key := range c.Values {
+				if _, ok := schema.Properties[key]; !ok {
+					t.Errorf("values.yaml key %s is not in the schema", key)
+				}
+			}
+			cases := map[string]string{"a misspelt key": "replicsa: 3"}
+			if _, ok := schema.Properties["replicas"]; ok {
+				cases["a string for a number"] = `replicas: "three"`
+				cases["a negative number"] = "replicas: -1"
+			}
+			if _, ok := schema.Properties["resources"]; ok {
+				cases["a misspelt nested key"] = "resources: {requets: {cpu: 1}}"
+			}
+			for what, doc := range cases {
+				_, err := Template(c, name, "onprem", valuesOf(t, doc))
+				if err == nil || !strings.Contains(err.Error(), "schema") {
+					t.Errorf("%s (%s): err = %v, want a schema error", what, doc, err)
+				}
+			}
+		})
+	}
+}

@@ -55,8 +55,12 @@ func newConfigValidateCmd() *cobra.Command {
 		Short: "Check onprem.yaml: every problem at once, with file:line and the fix",
 		Long: `Read onprem.yaml strictly (an unknown or misspelt field is an error),
 apply ONPREM_* environment variables and flags, apply defaults and check
-every value. All problems are listed at once, each with its file:line, the
-field path and what would be valid. Exit code 2 when anything is wrong.
+every value: components' values against their charts' values.schema.json,
+and, with spec.overlays, the platform rendered with the overlays (a patch
+that does not apply, a target that selects nothing, a pod the namespace's
+restricted Pod Security would refuse). All problems are listed at once,
+each with its file:line, the field path and what would be valid. Exit
+code 2 when anything is wrong.
 
 With -o yaml or -o json the effective configuration (defaults filled in)
 is printed on stdout.`,

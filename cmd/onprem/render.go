@@ -16,9 +16,12 @@ func newRenderCmd() *cobra.Command {
 		Short: "Print every object the installation would create, without a cluster",
 		Long: `Render the platform exactly as 'onprem install' would apply it: every
 component's Helm chart with its layered values (chart defaults < release <
-sizing profile < onprem.yaml < --set), then the kustomize overlays (labels,
-image relocation to your registry, hardening, placement, proxy, and your own
-overlay folders). Nothing is sent anywhere; no helm or kubectl is needed.
+sizing profile < onprem.yaml < --set, checked against each chart's
+values.schema.json), then the kustomize overlays (labels, image relocation
+to your registry, hardening, placement, proxy, and your own overlay
+folders); what your overlays or --set add is relocated and hardened too,
+and a pod the namespace's restricted Pod Security would refuse stops the
+render (exit 2). Nothing is sent anywhere; no helm or kubectl is needed.
 
 Secrets that onprem generates (database passwords, keys, the self-signed
 certificate) are listed by name only: their values are created once, at

@@ -13,6 +13,7 @@ import (
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/quote"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/version"
 )
@@ -38,7 +39,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, formatError(err))
+	fmt.Fprintln(stderr, quote.Message(formatError(err)))
 	return exitCode(err)
 }
 
@@ -107,7 +108,7 @@ access.`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
-				return inputError{fmt.Errorf("--log-level %q: use debug, info, warn or error", logLevel)}
+				return inputError{fmt.Errorf("--log-level %s: use debug, info, warn or error", quote.Value(logLevel))}
 			}
 			slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})))
 			return nil
@@ -118,8 +119,71 @@ access.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
 	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newPreflightCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd(), newUpgradeCmd(), newRollbackCmd(), newAdoptCmd(), newBundleCmd(), newRunnerCmd(), newRuntimeCmd(), newLocalCmd(), newBackupCmd(), newRestoreCmd(), newSupportBundleCmd(), newDoctorCmd(), newRotateCmd(), newConsoleCmd())
+	// Cobra adds these two when it runs; added now, they get the same
+	// strictness as every other group below.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	strictHelp(root)
+	strictGroups(root)
 	argsAreInput(root)
 	return root
+}
+
+// strictGroups makes every command that only groups others (config,
+// backup, runner, ..., and onprem itself) print its help when called
+// alone, and refuse an unknown subcommand as bad input (exit 2) with the
+// closest command. Cobra, left alone, prints the help and exits 0
+// ('onprem backup creat' succeeded), and at the top fails with exit 1.
+func strictGroups(c *cobra.Command) {
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			return unknownCommand(cmd, args[0])
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+	for _, sub := range c.Commands() {
+		strictGroups(sub)
+	}
+}
+
+// unknownCommand is the input error for a word that names no subcommand
+// of cmd.
+func unknownCommand(cmd *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown command %s for %q", quote.Value(word), cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's own default
+	}
+	if s := cmd.SuggestionsFor(word); len(s) > 0 {
+		msg += fmt.Sprintf("; did you mean %q?", s[0])
+	}
+	return inputError{fmt.Errorf("%s ('%s --help' lists the commands)", msg, cmd.CommandPath())}
+}
+
+// strictHelp makes 'onprem help TOPIC' refuse a topic that names no
+// command (exit 2), as the command itself would; cobra prints the usage
+// and exits 0.
+func strictHelp(root *cobra.Command) {
+	for _, h := range root.Commands() {
+		if h.Name() != "help" || h.Run == nil {
+			continue
+		}
+		show := h.Run
+		h.Run = nil
+		h.RunE = func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil {
+				return inputError{err}
+			}
+			if len(rest) > 0 {
+				return unknownCommand(cmd, rest[0])
+			}
+			show(c, args)
+			return nil
+		}
+	}
 }
 
 // argsAreInput makes every command's argument check an input error, so

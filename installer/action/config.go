@@ -10,6 +10,7 @@ import (
 
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
 )
 
 // ConfigInit writes a commented starter onprem.yaml.
@@ -53,9 +54,33 @@ type ConfigValidate struct {
 	Source
 }
 
-// Run validates and returns the defaulted installation.
+// Run validates and returns the defaulted installation. The operator's
+// overlays are checked by rendering the platform with them: a patch that
+// does not apply, a target that selects nothing, a pod they make that the
+// platform's namespace refuses are configuration errors like the file's.
 func (c *ConfigValidate) Run(ctx context.Context) (*Loaded, error) {
-	return c.Source.Load(ctx)
+	l, err := c.Source.Load(ctx)
+	if err != nil || len(l.Installation.Spec.Overlays) == 0 {
+		return l, err
+	}
+	if _, err := render.Render(ctx, l.RenderOptions(nil)); err != nil {
+		l.Close()
+		return nil, renderError(err, l.Source)
+	}
+	return l, nil
+}
+
+// renderError classifies an error of render.Render: the operator's
+// overlays' problems as configuration errors at their line, other input
+// errors (--set, values) as InputError, the rest as they are.
+func renderError(err error, src *config.Source) error {
+	if ce, ok := render.AsConfigErrors(err, src); ok {
+		return ce
+	}
+	if render.IsInputError(err) {
+		return inputErr(err)
+	}
+	return err
 }
 
 // WriteFileAtomic writes data to path through a temporary file in the same

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"onprem.dev/onprem/installer/quote"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/version"
 )
@@ -30,10 +31,7 @@ func (r *Render) Run(ctx context.Context) (*render.Result, error) {
 	}
 	res, err := render.Render(ctx, l.RenderOptions(r.Set))
 	if err != nil {
-		if render.IsInputError(err) {
-			return nil, inputErr(err)
-		}
-		return nil, err
+		return nil, renderError(err, l.Source)
 	}
 	if r.Component == "" {
 		return res, nil
@@ -44,7 +42,7 @@ func (r *Render) Run(ctx context.Context) (*render.Result, error) {
 		for _, c := range res.Components {
 			names = append(names, c.Name)
 		}
-		return nil, inputErr(fmt.Errorf("--component %s: not a component of this installation; components: %s", r.Component, strings.Join(names, ", ")))
+		return nil, inputErr(fmt.Errorf("--component %s: not a component of this installation; components: %s", quote.Text(r.Component), strings.Join(names, ", ")))
 	}
 	res.Components = []*render.Component{c}
 	return res, nil

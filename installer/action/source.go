@@ -125,7 +125,16 @@ func (s Source) Load(ctx context.Context) (*Loaded, error) {
 		Path:      s.ConfigPath,
 		Lookup:    lookup,
 		Overrides: s.Overrides,
-		Validate:  config.ValidateOptions{KnownVersions: set.Versions(), KnownComponents: components},
+		Validate: config.ValidateOptions{KnownVersions: set.Versions(), KnownComponents: components,
+			// Component values against their charts' schemas, with the
+			// release's own charts (a bundle's, when it brings them).
+			CheckValues: func(in *config.Installation) []config.ValuesProblem {
+				rel, err := set.Get(in.Spec.Version)
+				if err != nil {
+					return nil // spec.version is reported by itself
+				}
+				return render.CheckValues(in, rel, cont[rel.Version].charts)
+			}},
 	})
 	if errors.Is(err, fs.ErrNotExist) {
 		closeAll()

@@ -35,6 +35,9 @@ func Decode(filename string, data []byte) (*Installation, *Source, error) {
 // validate the rest of the file, reporting every problem at once. The
 // Installation is nil only when the document itself cannot be read.
 func decodeLenient(filename string, data []byte) (*Installation, *Source, Errors) {
+	if len(data) > MaxFileSize {
+		return nil, nil, Errors{tooLarge(filename)}
+	}
 	src := NewSource(filename)
 	c := newCollector(src)
 
@@ -60,6 +63,16 @@ func decodeLenient(filename string, data []byte) (*Installation, *Source, Errors
 		return nil, nil, append(errs, FieldError{File: filename, Message: "cannot decode the configuration: " + err.Error()})
 	}
 	return in, src, errs
+}
+
+// MaxFileSize is the largest onprem.yaml onprem reads: far more than any
+// installation needs (the starter file is under 10 KiB), and small enough
+// that a wrong file (an image, a log, a database dump) is refused before
+// it costs memory and time.
+const MaxFileSize = 4 << 20
+
+func tooLarge(filename string) FieldError {
+	return FieldError{File: filename, Message: fmt.Sprintf("is larger than %d MiB, more than any configuration: is it the right file? ('onprem config init' writes a starter file)", MaxFileSize>>20)}
 }
 
 // fromTree turns the JSON-compatible tree built by the walker into an

@@ -21,7 +21,7 @@ const EnvPrefix = "ONPREM_"
 // go-envconfig from the env struct tags. An unset or empty variable leaves the
 // file's value alone. Variables that cannot be parsed (for example
 // ONPREM_REGISTRY_INSECURE=maybe) are all reported as Errors naming each
-// variable and the field it sets.
+// variable and the field it sets, and then nothing is applied.
 func ApplyEnv(ctx context.Context, in *Installation, lookup envconfig.Lookuper) error {
 	if in == nil {
 		return errors.New("applying environment variables: no installation")
@@ -29,9 +29,27 @@ func ApplyEnv(ctx context.Context, in *Installation, lookup envconfig.Lookuper) 
 	if lookup == nil {
 		lookup = envconfig.OsLookuper()
 	}
-	if err := checkEnv(lookup); err != nil {
-		return err
+	if _, bad := checkEnv(lookup); bad != nil {
+		return bad
 	}
+	return applyEnv(ctx, in, lookup)
+}
+
+// applyEnvLenient applies the variables that can be parsed and reports the
+// others as Errors (their fields keep the file's value), so that Load can
+// report them with every other problem of the configuration.
+func applyEnvLenient(ctx context.Context, in *Installation, lookup envconfig.Lookuper) (bad Errors, err error) {
+	good, badErr := checkEnv(lookup)
+	if err := applyEnv(ctx, in, good); err != nil {
+		return nil, err
+	}
+	if badErr != nil {
+		bad = badErr.(Errors)
+	}
+	return bad, nil
+}
+
+func applyEnv(ctx context.Context, in *Installation, lookup envconfig.Lookuper) error {
 	rec := &recordingLookuper{l: lookup}
 	err := envconfig.ProcessWith(ctx, &envconfig.Config{
 		Target:   in,
@@ -57,11 +75,16 @@ func EnvVars() []string {
 	return names
 }
 
+// BoolSpellings are the values a boolean environment variable accepts
+// (strconv.ParseBool's, which go-envconfig uses).
+const BoolSpellings = "1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False"
+
 // checkEnv parses what go-envconfig would parse, so that every bad value is
 // reported at once with the variable's name (go-envconfig stops at the first
-// and names only the Go field).
-func checkEnv(lookup envconfig.Lookuper) error {
+// and names only the Go field). good is lookup without the bad variables.
+func checkEnv(lookup envconfig.Lookuper) (good envconfig.Lookuper, bad error) {
 	c := newCollector(nil)
+	skip := map[string]bool{}
 	for _, v := range envVarList() {
 		val, ok := lookup.Lookup(v.name)
 		if !ok || val == "" {
@@ -70,20 +93,36 @@ func checkEnv(lookup envconfig.Lookuper) error {
 		switch v.typ.Kind() {
 		case reflect.Bool:
 			if _, err := strconv.ParseBool(val); err != nil {
-				c.add(v.path, "", "environment variable %s=%q is not a boolean (valid: true, false)", v.name, val)
+				c.add(v.path, "", "environment variable %s=%q is not a boolean (valid: %s)", v.name, val, BoolSpellings)
+				skip[v.name] = true
 			}
 		case reflect.Int, reflect.Int64:
 			if _, err := strconv.ParseInt(val, 0, 64); err != nil {
 				c.add(v.path, "", "environment variable %s=%q is not a whole number", v.name, val)
+				skip[v.name] = true
 			}
 		}
 	}
-	return c.err()
+	return skipLookuper{lookup, skip}, c.err()
+}
+
+// skipLookuper hides some variables of another Lookuper.
+type skipLookuper struct {
+	l    envconfig.Lookuper
+	skip map[string]bool
+}
+
+func (s skipLookuper) Lookup(key string) (string, bool) {
+	if s.skip[key] {
+		return "", false
+	}
+	return s.l.Lookup(key)
 }
 
 // envOrigins maps the field path of every variable that is set (and not
-// empty) to its origin, for Source.
+// empty, and could be parsed) to its origin, for Source.
 func envOrigins(lookup envconfig.Lookuper) map[string]string {
+	lookup, _ = checkEnv(lookup)
 	out := map[string]string{}
 	for _, v := range envVarList() {
 		if val, ok := lookup.Lookup(v.name); ok && val != "" {

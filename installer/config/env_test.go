@@ -1,9 +1,13 @@
 package config
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -189,8 +193,8 @@ func TestEnvBadValuesNameTheVariable(t *testing.T) {
 		"ONPREM_DOMAIN":                 "other.example.com",
 	}))
 	assertErrors(t, err,
-		`spec.modules.gitops.enabled: environment variable ONPREM_MODULES_GITOPS_ENABLED="maybe" is not a boolean (valid: true, false)`,
-		`spec.registry.insecure: environment variable ONPREM_REGISTRY_INSECURE="yes please" is not a boolean (valid: true, false)`,
+		`spec.modules.gitops.enabled: environment variable ONPREM_MODULES_GITOPS_ENABLED="maybe" is not a boolean (valid: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)`,
+		`spec.registry.insecure: environment variable ONPREM_REGISTRY_INSECURE="yes please" is not a boolean (valid: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)`,
 	)
 	if in.Spec.Domain != "ci.example.com" {
 		t.Error("a rejected environment was partly applied")
@@ -208,5 +212,58 @@ func TestEnvDefaultsToProcessEnvironment(t *testing.T) {
 	}
 	if err := ApplyEnv(t.Context(), nil, nil); err == nil {
 		t.Fatal("ApplyEnv(nil) must fail")
+	}
+}
+
+// A variable that cannot be parsed is reported with every other problem of
+// the configuration, never instead of them; the variables that parse are
+// applied (so the file's problems they fix are not reported), and the
+// message lists every spelling strconv.ParseBool accepts (issue 33, item 7).
+func TestLoadReportsBadEnvironmentWithTheFilesProblems(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want []string
+		not  []string
+	}{
+		{"bad boolean and the file's problems",
+			map[string]string{"ONPREM_LEGACY_NATS_ENABLED": "maybe"},
+			[]string{
+				`spec.legacy.nats.enabled: environment variable ONPREM_LEGACY_NATS_ENABLED="maybe" is not a boolean (valid: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)`,
+				`onprem.yaml:5: spec.domain: "https://ci.example.com" must not include a scheme`,
+				`onprem.yaml:6: spec.profile: "xl" is not valid`,
+			}, nil},
+		{"two bad variables, one good that fixes the domain",
+			map[string]string{"ONPREM_LEGACY_NATS_ENABLED": "maybe", "ONPREM_REGISTRY_INSECURE": "yes", "ONPREM_DOMAIN": "ci.example.com"},
+			[]string{`ONPREM_LEGACY_NATS_ENABLED="maybe" is not a boolean`, `ONPREM_REGISTRY_INSECURE="yes" is not a boolean`, `spec.profile: "xl" is not valid`},
+			[]string{"spec.domain"}},
+		{"True is a boolean",
+			map[string]string{"ONPREM_LEGACY_NATS_ENABLED": "True"},
+			[]string{`spec.profile: "xl" is not valid`}, []string{"ONPREM_LEGACY_NATS_ENABLED"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			content := "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: \"2.8.0\"\n  domain: https://ci.example.com\n  profile: xl\n"
+			path := writeFile(t, t.TempDir(), "onprem.yaml", content)
+			_, _, err := Load(context.Background(), LoadOptions{Path: path, Lookup: mapLookup(c.env), Validate: testValidateOptions})
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("got %T %v, want Errors", err, err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the errors lack %q:\n%v", w, err)
+				}
+			}
+			for _, n := range c.not {
+				if strings.Contains(err.Error(), n) {
+					t.Errorf("the errors hold %q:\n%v", n, err)
+				}
+			}
+		})
+	}
+	for _, v := range strings.Split(BoolSpellings, ", ") {
+		if _, err := strconv.ParseBool(v); err != nil {
+			t.Errorf("BoolSpellings lists %q, which strconv.ParseBool refuses", v)
+		}
 	}
 }

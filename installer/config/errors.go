@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"onprem.dev/onprem/installer/quote"
 )
 
 // FieldError is one problem in onprem.yaml: where it is, which field, what is
@@ -79,15 +81,25 @@ type collector struct {
 	src  *Source
 	errs Errors
 	seen map[FieldError]bool
+	// quiet are paths already reported for a reason that makes every
+	// other problem with them moot (a value too long to be right).
+	quiet map[string]bool
 }
 
 func newCollector(src *Source) *collector {
-	return &collector{src: src, seen: map[FieldError]bool{}}
+	return &collector{src: src, seen: map[FieldError]bool{}, quiet: map[string]bool{}}
+}
+
+// sprintf formats a message whose string arguments are what the operator
+// gave: %q quotes at most a short prefix of each (quote.Value), so that a
+// huge value is never echoed whole.
+func sprintf(format string, args ...any) string {
+	return fmt.Sprintf(format, quote.Args(args)...)
 }
 
 // addAt records a problem at a known line of the source file.
 func (c *collector) addAt(line int, path, hint, format string, args ...any) {
-	e := FieldError{File: c.src.file(), Line: line, Path: path, Message: fmt.Sprintf(format, args...), Hint: hint}
+	e := FieldError{File: c.src.file(), Line: line, Path: path, Message: sprintf(format, args...), Hint: quote.Line(hint)}
 	if c.seen[e] {
 		return
 	}
@@ -99,11 +111,14 @@ func (c *collector) addAt(line int, path, hint, format string, args ...any) {
 // of the field (or of its nearest ancestor present in the file), or, when the
 // value was set by an environment variable or a flag, that origin as hint.
 func (c *collector) add(path, hint, format string, args ...any) {
+	if c.quiet[path] {
+		return
+	}
 	file, line, origin := c.src.locate(path)
 	if origin != "" {
 		hint = strings.TrimPrefix(hint+"; set by "+origin, "; ")
 	}
-	e := FieldError{File: file, Line: line, Path: path, Message: fmt.Sprintf(format, args...), Hint: hint}
+	e := FieldError{File: file, Line: line, Path: path, Message: sprintf(format, args...), Hint: quote.Line(hint)}
 	if c.seen[e] {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,12 +43,9 @@ func Load(ctx context.Context, opts LoadOptions) (*Installation, *Source, error)
 	if path == "" {
 		path = DefaultPath
 	}
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("configuration file %s does not exist: write a starter file with 'onprem config init', or give the path of yours: %w", path, err)
-	}
+	data, err := readFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading configuration file %s: %w", path, err)
+		return nil, nil, err
 	}
 
 	in, src, decodeErrs := decodeLenient(path, data)
@@ -59,9 +57,13 @@ func Load(ctx context.Context, opts LoadOptions) (*Installation, *Source, error)
 	if lookup == nil {
 		lookup = envconfig.OsLookuper()
 	}
-	if err := ApplyEnv(ctx, in, lookup); err != nil {
+	// A variable that cannot be parsed is reported with the file's other
+	// problems, never instead of them.
+	envErrs, err := applyEnvLenient(ctx, in, lookup)
+	if err != nil {
 		return nil, nil, err
 	}
+	decodeErrs = append(decodeErrs, envErrs...)
 	for p, origin := range envOrigins(lookup) {
 		src.setOrigin(p, origin)
 	}
@@ -83,6 +85,41 @@ func Load(ctx context.Context, opts LoadOptions) (*Installation, *Source, error)
 		return in, src, nil
 	}
 	return nil, nil, mergeErrors(decodeErrs, err)
+}
+
+// readFile reads the configuration file. A path that is missing stays an
+// fs.ErrNotExist; a folder, a file onprem may not read or one larger than
+// MaxFileSize is a configuration error (Errors), read no further.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("configuration file %s does not exist: write a starter file with 'onprem config init', or give the path of yours: %w", path, err)
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, Errors{{File: path, Message: "cannot be read (permission denied): give onprem read access to it, or the path of a copy it can read"}}
+	}
+	if err != nil {
+		// The path itself is wrong (too long, through a file, a loop of
+		// links): the operator's to fix, like a missing file.
+		reason := err
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			reason = pe.Err
+		}
+		return nil, Errors{{File: path, Message: fmt.Sprintf("cannot be opened (%v): give the path of the configuration file", reason)}}
+	}
+	defer f.Close()
+	if info, err := f.Stat(); err == nil && info.IsDir() {
+		return nil, Errors{{File: path, Message: "is a folder: give the path of the configuration file itself, e.g. " + filepath.Join(path, DefaultPath)}}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading configuration file %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, Errors{tooLarge(path)}
+	}
+	return data, nil
 }
 
 // mergeErrors adds validation problems to the decoding ones, leaving out

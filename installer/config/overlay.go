@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -40,6 +41,14 @@ func OverlayProblem(dir string) string {
 	data, err := os.ReadFile(kfile)
 	if err != nil {
 		return fmt.Sprintf("%s: %v", kfile, err)
+	}
+	var doc map[string]any
+	blank := len(bytes.TrimSpace(data)) == 0
+	if err := yaml.Unmarshal(data, &doc); err != nil && !blank {
+		return fmt.Sprintf("%s: not a kustomization: %v", kfile, err)
+	}
+	if doc == nil {
+		return fmt.Sprintf("%s is empty: write kind: Component (apiVersion kustomize.config.k8s.io/v1alpha1) and what the overlay changes (patches, labels, images, ...), or remove the folder from spec.overlays", kfile)
 	}
 	var k struct {
 		Kind                  string   `json:"kind"`

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"onprem.dev/onprem/installer/quote"
 )
 
 // Source remembers where each field of a decoded onprem.yaml came from: the
@@ -117,8 +119,13 @@ func indexPath(parent string, i int) string {
 	return parent + "[" + strconv.Itoa(i) + "]"
 }
 
-// keyPath appends a map key, quoting it unless it is a plain identifier.
+// keyPath appends a map key, quoting it unless it is a plain identifier. A
+// key longer than quote.Max is shortened (quote.Value): a path is shown to
+// the operator, and a key of megabytes must not be.
 func keyPath(parent, key string) string {
+	if len(key) > quote.Max {
+		return parent + "[" + quote.Value(key) + "]"
+	}
 	if isPlainKey(key) {
 		return fieldPath(parent, key)
 	}

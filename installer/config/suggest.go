@@ -1,8 +1,9 @@
 package config
 
 import (
-	"strconv"
 	"strings"
+
+	"onprem.dev/onprem/installer/quote"
 )
 
 // closest returns the candidate nearest to s, or "" when none is close
@@ -12,9 +13,21 @@ import (
 // distance is at most a third of the longer name (at least 1, at most 3).
 // Ties go to the earlier candidate.
 func closest(s string, candidates []string) string {
+	longest := 0
+	for _, c := range candidates {
+		longest = max(longest, len(c))
+	}
+	if len(s) > 4*(longest+3) {
+		return ""
+	}
 	ls := strings.ToLower(s)
 	best, bestDist := "", -1
 	for _, c := range candidates {
+		// A name with more than 3 runes more than c is too far from it
+		// (and a value of megabytes is not compared rune by rune).
+		if len(ls) > 4*(len(c)+3) {
+			continue
+		}
 		d := editDistance(ls, strings.ToLower(c))
 		limit := min(max(max(len(ls), len(c))/3, 1), 3)
 		if d > limit {
@@ -27,10 +40,14 @@ func closest(s string, candidates []string) string {
 	return best
 }
 
+// DidYouMean is the hint for a misspelt name (did you mean "mode"?), or
+// "" when no candidate is close.
+func DidYouMean(s string, candidates []string) string { return didYouMean(s, candidates) }
+
 // didYouMean is the hint for a misspelt name, or "" when nothing is close.
 func didYouMean(s string, candidates []string) string {
 	if c := closest(s, candidates); c != "" {
-		return "did you mean " + strconv.Quote(c) + "?"
+		return "did you mean " + quote.Value(c) + "?"
 	}
 	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 )
 
 // ValidateOptions carries what validation cannot know by itself.
@@ -19,6 +20,21 @@ type ValidateOptions struct {
 	// holds a valid kustomization (Load sets it: the paths are resolved
 	// against the file's folder).
 	OverlayFolders bool
+	// CheckValues, when set, checks the components' Helm values
+	// (spec.components.NAME.values) of the defaulted installation, e.g.
+	// against their charts' schemas (render.CheckValues); each problem is
+	// reported at its value's line.
+	CheckValues func(in *Installation) []ValuesProblem
+}
+
+// ValuesProblem is a problem with a value of spec.components.NAME.values.
+type ValuesProblem struct {
+	Component string
+	// Path is the value's place inside the component's values: keys, and
+	// the indexes of lists as decimal numbers ("0").
+	Path    []string
+	Message string
+	Hint    string
 }
 
 // Validate checks a defaulted installation (see SetDefaults) and returns
@@ -30,6 +46,7 @@ func Validate(in *Installation, src *Source, opts ValidateOptions) error {
 		return Errors{{File: src.Filename(), Message: "no configuration to validate"}}
 	}
 	v := &validator{c: newCollector(src), opts: opts}
+	v.lengths(reflect.ValueOf(in).Elem(), "")
 	v.identity(in)
 	v.enums(reflect.ValueOf(in).Elem(), "")
 	s := &in.Spec
@@ -43,6 +60,7 @@ func Validate(in *Installation, src *Source, opts ValidateOptions) error {
 	v.databases(s)
 	v.modules(s)
 	v.components(s)
+	v.componentValues(in)
 	v.overlays(s)
 	v.placement(s)
 	v.proxy(s)
@@ -87,6 +105,49 @@ func (v *validator) identity(in *Installation) {
 	}
 	if in.Metadata.Name != "" {
 		v.check("metadata.name", checkDNSLabel(in.Metadata.Name), "")
+	}
+}
+
+// MaxValueLength is the longest value a field of onprem.yaml takes (Helm
+// values aside): a path of the file system may be this long, and no name,
+// URL or key comes near it.
+const MaxValueLength = 4096
+
+// lengths reports every value longer than MaxValueLength, wherever it is,
+// and keeps every other check quiet about it: one short line says what is
+// wrong, however large the value.
+func (v *validator) lengths(rv reflect.Value, path string) {
+	switch rv.Kind() {
+	case reflect.String:
+		if n := rv.Len(); n > MaxValueLength {
+			v.c.add(path, "", "%q is too long: %d bytes, and no value of this field is longer than %d", rv.String(), n, MaxValueLength)
+			v.c.quiet[path] = true
+		}
+	case reflect.Struct:
+		for _, f := range structFields(rv.Type()) {
+			v.lengths(rv.Field(f.index), fieldPath(path, f.name))
+		}
+	case reflect.Slice:
+		for i := range rv.Len() {
+			v.lengths(rv.Index(i), indexPath(path, i))
+		}
+	case reflect.Map:
+		if rv.Type().Key().Kind() != reflect.String {
+			return
+		}
+		for _, k := range rv.MapKeys() {
+			kpath := keyPath(path, k.String())
+			if n := k.Len(); n > MaxValueLength {
+				v.c.add(kpath, "", "the key %q is too long: %d bytes, and no key of this field is longer than %d", k.String(), n, MaxValueLength)
+				v.c.quiet[kpath] = true
+				continue
+			}
+			v.lengths(rv.MapIndex(k), kpath)
+		}
+	case reflect.Pointer:
+		if !rv.IsNil() {
+			v.lengths(rv.Elem(), path)
+		}
 	}
 }
 
@@ -135,7 +196,7 @@ func (v *validator) core(s *Spec) {
 	}
 
 	if s.Namespace != "" {
-		v.check("spec.namespace", checkDNSLabel(s.Namespace), "")
+		v.check("spec.namespace", checkNamespace(s.Namespace, "the platform", DefaultNamespace), "")
 	}
 }
 
@@ -172,6 +233,32 @@ func (v *validator) components(s *Spec) {
 				v.c.add(path, "", "unknown component (valid: %s)", quoteList(known))
 			}
 		}
+	}
+}
+
+// componentValues reports what ValidateOptions.CheckValues finds, each at
+// the line of its value.
+func (v *validator) componentValues(in *Installation) {
+	if v.opts.CheckValues == nil {
+		return
+	}
+	for _, p := range v.opts.CheckValues(in) {
+		path := keyPath("spec.components", p.Component) + ".values"
+		var at any = in.Spec.Components[p.Component].Values
+		for _, tok := range p.Path {
+			if l, ok := at.([]any); ok {
+				i, _ := strconv.Atoi(tok)
+				path = indexPath(path, i)
+				if i >= 0 && i < len(l) {
+					at = l[i]
+				}
+				continue
+			}
+			path = keyPath(path, tok)
+			m, _ := at.(map[string]any)
+			at = m[tok]
+		}
+		v.c.add(path, p.Hint, "%s", p.Message)
 	}
 }
 

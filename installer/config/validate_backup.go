@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 
@@ -47,7 +46,7 @@ func (v *validator) backup(s *Spec) {
 		} else {
 			msg, hint := checkHTTPURL(b.S3.Endpoint, "https", "https://minio.example.com:9000")
 			if msg == "" && strings.Count(b.S3.Endpoint, "/") > 2 && !strings.HasSuffix(b.S3.Endpoint, "/") {
-				msg, hint = fmt.Sprintf("%q has a path: give the server's URL only", b.S3.Endpoint), "put the folder in spec.backup.s3.prefix"
+				msg, hint = sprintf("%q has a path: give the server's URL only", b.S3.Endpoint), "put the folder in spec.backup.s3.prefix"
 			}
 			v.check(p+".s3.endpoint", msg, hint)
 		}
@@ -99,15 +98,15 @@ func checkSchedule(s string) string {
 				return ""
 			}
 		}
-		return fmt.Sprintf("%q is not a schedule (valid macros: %s)", s, strings.Join(cronMacros, ", "))
+		return sprintf("%q is not a schedule (valid macros: %s)", s, strings.Join(cronMacros, ", "))
 	}
 	fields := strings.Fields(s)
 	if len(fields) != 5 {
-		return fmt.Sprintf("%q has %d fields, a schedule has 5: minute hour day-of-month month day-of-week", s, len(fields))
+		return sprintf("%q has %d fields, a schedule has 5: minute hour day-of-month month day-of-week", s, len(fields))
 	}
 	for i, f := range fields {
 		if !cronField.MatchString(f) {
-			return fmt.Sprintf("%q: field %d (%s) is not valid", s, i+1, []string{"minute", "hour", "day of month", "month", "day of week"}[i])
+			return sprintf("%q: field %d (%s) is not valid", s, i+1, []string{"minute", "hour", "day of month", "month", "day of week"}[i])
 		}
 	}
 	return ""
@@ -119,7 +118,7 @@ var bucketName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
 
 func checkBucket(b string) string {
 	if !bucketName.MatchString(b) {
-		return fmt.Sprintf("%q is not a bucket name (3 to 63 lower-case letters, digits, dots and hyphens)", b)
+		return sprintf("%q is not a bucket name (3 to 63 lower-case letters, digits, dots and hyphens)", b)
 	}
 	return ""
 }

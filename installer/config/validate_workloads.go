@@ -1,7 +1,7 @@
 package config
 
 import (
-	"fmt"
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +19,7 @@ func (k clusterKey) String() string {
 	if ClusterRef(k).IsPlatformCluster() {
 		return "the platform's cluster"
 	}
-	return fmt.Sprintf("the cluster of kubeconfig %q, context %q", k.Kubeconfig, k.Context)
+	return sprintf("the cluster of kubeconfig %q, context %q", k.Kubeconfig, k.Context)
 }
 
 func (v *validator) runners(s *Spec) {
@@ -49,7 +49,7 @@ func (v *validator) runners(s *Spec) {
 		}
 		// A duplicate name already explains a duplicate default namespace.
 		if r.Namespace != "" && (nameOK || r.Namespace != RunnerNamespacePrefix+r.Name) {
-			if msg := checkDNSLabel(r.Namespace); msg != "" {
+			if msg := checkNamespace(r.Namespace, "the runner", RunnerNamespacePrefix+cmp.Or(r.Name, "NAME")); msg != "" {
 				v.check(path+".namespace", msg, "")
 			} else {
 				p := place{clusterKey(r.Cluster), r.Namespace}
@@ -84,7 +84,11 @@ func (v *validator) runtimes(s *Spec) {
 			}
 		}
 		if rt.Namespace != "" {
-			v.check(path+".namespace", checkDNSLabel(rt.Namespace), "")
+			example := rt.Name
+			if example == "" || IsSystemNamespace(example) {
+				example = DefaultRuntimeName
+			}
+			v.check(path+".namespace", checkNamespace(rt.Namespace, "the runtime", example), "")
 		}
 
 		key := clusterKey(rt.Cluster)

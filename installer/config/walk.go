@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"onprem.dev/onprem/installer/quote"
 )
 
 // Limits that keep a hostile or broken file (aliases that expand
@@ -109,7 +111,7 @@ func (w *walker) value(n *yaml.Node, t reflect.Type, path string) (v any, ok boo
 			if err := n.Decode(&i); err == nil {
 				return i, true
 			}
-			w.errs.addAt(n.Line, path, "", "%s is out of range: expected a whole number between %d and %d", n.Value, int64(math.MinInt64), int64(math.MaxInt64))
+			w.errs.addAt(n.Line, path, "", "%s is out of range: expected a whole number between %d and %d", quote.Text(n.Value), int64(math.MinInt64), int64(math.MaxInt64))
 			return nil, false
 		}
 		w.typeError(n, path, "a whole number")
@@ -238,7 +240,7 @@ func (w *walker) freeScalar(n *yaml.Node, path string) (any, bool) {
 	case tagFloat:
 		var f float64
 		if err := n.Decode(&f); err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			w.errs.addAt(n.Line, path, quoteHint(n), "%s is not a finite number (valid: a decimal number)", n.Value)
+			w.errs.addAt(n.Line, path, quoteHint(n), "%s is not a finite number (valid: a decimal number)", quote.Text(n.Value))
 			return nil, false
 		}
 		return f, true
@@ -341,7 +343,7 @@ func quoteHint(n *yaml.Node) string {
 	if n.Kind != yaml.ScalarNode {
 		return ""
 	}
-	return "quote it to make it a string: " + strconv.Quote(n.Value)
+	return "quote it to make it a string: " + quote.Value(n.Value)
 }
 
 // resolveAlias follows aliases (*name) to the node they name.

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 
 	"sigs.k8s.io/yaml"
+
+	"onprem.dev/onprem/installer/quote"
 )
 
 // Formats accepted by -o.
@@ -26,7 +28,7 @@ func Check(format string, allowed ...string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("-o %s: not a format here; use one of: %s", format, strings.Join(allowed, ", "))
+	return fmt.Errorf("-o %s: not a format here; use one of: %s", quote.Text(format), strings.Join(allowed, ", "))
 }
 
 // Encode writes v as indented JSON or as YAML.

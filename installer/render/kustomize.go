@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
@@ -20,7 +21,7 @@ import (
 )
 
 // kustomizationFiles are the names kustomize accepts for its file.
-var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
+var kustomizationFiles = config.KustomizationFiles
 
 // postRender runs the kustomize stage over the whole platform in memory:
 // the platform's own bases from manifests/ plus every chart's objects, then
@@ -44,23 +45,90 @@ type postRender struct {
 	runner    bool
 }
 
+// userOverlays are the operator's overlay folders this post-render applies
+// (none for a runner's or a runtime's).
+func (p *postRender) userOverlays() []string {
+	if p.runner {
+		return nil
+	}
+	return p.in.Spec.Overlays
+}
+
 func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
 	mem, err := p.tree(charted)
 	if err != nil {
 		return nil, err
 	}
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	var overlays []string
-	if !p.runner {
-		overlays = p.in.Spec.Overlays
-	}
 	rm, err := k.Run(mem, kustomizeRoot)
 	if err != nil {
-		if oe := overlayFailure(err, overlays, charted); oe != nil {
-			return nil, oe
-		}
 		return nil, fmt.Errorf("post-render (kustomize): %w", err)
 	}
+	if overlays := p.userOverlays(); len(overlays) > 0 {
+		if rm, err = p.applyOverlays(k, mem, rm, overlays); err != nil {
+			return nil, err
+		}
+	}
+	out, err := objectsOf(rm)
+	if err != nil {
+		return nil, err
+	}
+	if p.runner {
+		return out, nil
+	}
+	return p.enforce(out)
+}
+
+// applyOverlays builds the operator's overlays over seen, the platform as
+// the built-in overlays leave it (in no namespace yet), then puts every
+// object in its namespace. Three builds instead of one, so that what each
+// overlay's targets select can be checked against what kustomize gave the
+// overlays: a target that selects nothing is an error, not a patch that
+// silently does nothing.
+func (p *postRender) applyOverlays(k *krusty.Kustomizer, mem filesys.FileSystem, seen resmap.ResMap, overlays []string) (resmap.ResMap, error) {
+	stage := func(dir string, objs resmap.ResMap, kustomization map[string]any) (resmap.ResMap, error) {
+		docs, err := objs.AsYaml()
+		if err != nil {
+			return nil, fmt.Errorf("post-render: %w", err)
+		}
+		kustomization["apiVersion"] = "kustomize.config.k8s.io/v1beta1"
+		kustomization["kind"] = "Kustomization"
+		kustomization["resources"] = []any{"resources.yaml"}
+		b, err := yaml.Marshal(kustomization)
+		if err != nil {
+			return nil, fmt.Errorf("post-render: %w", err)
+		}
+		if err := mem.MkdirAll(dir); err != nil {
+			return nil, err
+		}
+		if err := mem.WriteFile(dir+"/resources.yaml", docs); err != nil {
+			return nil, err
+		}
+		if err := mem.WriteFile(dir+"/kustomization.yaml", b); err != nil {
+			return nil, err
+		}
+		return k.Run(mem, dir)
+	}
+	var components []any
+	for i := range overlays {
+		components = append(components, fmt.Sprintf("../user/%d", i))
+	}
+	patched, err := stage("/overlays", seen, map[string]any{"components": components})
+	if err != nil {
+		return nil, overlayFailure(err, overlays, seen)
+	}
+	if errs := checkOverlayTargets(overlays, seen, patched); len(errs) > 0 {
+		return nil, errs
+	}
+	out, err := stage("/namespaced", patched, map[string]any{"namespace": p.targetNamespace()})
+	if err != nil {
+		return nil, fmt.Errorf("post-render (kustomize): %w", err)
+	}
+	return out, nil
+}
+
+// objectsOf turns kustomize's resources into objects.
+func objectsOf(rm resmap.ResMap) ([]*unstructured.Unstructured, error) {
 	out := make([]*unstructured.Unstructured, 0, rm.Size())
 	for _, r := range rm.Resources() {
 		// Through JSON, so that numbers are int64 or float64 as the
@@ -75,10 +143,15 @@ func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.
 		}
 		out = append(out, &unstructured.Unstructured{Object: m})
 	}
-	if err := checkOverlayTargets(overlays, out); err != nil {
-		return nil, err
-	}
 	return out, nil
+}
+
+// targetNamespace is the namespace every object is put in.
+func (p *postRender) targetNamespace() string {
+	if p.namespace != "" {
+		return p.namespace
+	}
+	return p.in.Spec.Namespace
 }
 
 // kustomizeRoot is the kustomization that tree writes and run builds.
@@ -145,30 +218,27 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 		files["/builtin/proxy/kustomization.yaml"] = px
 		components = append(components, "../builtin/proxy")
 	}
-	for i, dir := range p.in.Spec.Overlays {
-		if p.runner {
-			break
-		}
-		dst := fmt.Sprintf("/user/%d", i)
-		if err := loadOverlay(mem, dir, dst); err != nil {
+	// The operator's overlays are built after these (applyOverlays), and
+	// the namespace is set after them.
+	for i, dir := range p.userOverlays() {
+		if err := loadOverlay(mem, dir, fmt.Sprintf("/user/%d", i)); err != nil {
 			return nil, err
 		}
-		components = append(components, ".."+dst)
 	}
-	namespace, resources := p.in.Spec.Namespace, []any{"platform", "resources.yaml"}
-	if p.namespace != "" {
-		namespace = p.namespace
-	}
+	resources := []any{"platform", "resources.yaml"}
 	if p.runner {
 		resources = []any{"resources.yaml"}
 	}
-	files["/render/kustomization.yaml"] = map[string]any{
+	top := map[string]any{
 		"apiVersion": "kustomize.config.k8s.io/v1beta1",
 		"kind":       "Kustomization",
-		"namespace":  namespace,
 		"resources":  resources,
 		"components": toAny(components),
 	}
+	if len(p.userOverlays()) == 0 {
+		top["namespace"] = p.targetNamespace()
+	}
+	files["/render/kustomization.yaml"] = top
 	for name, content := range files {
 		var data []byte
 		switch c := content.(type) {
@@ -367,6 +437,8 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 // loadOverlay copies an operator's overlay folder into the in-memory tree.
 // The folder holds a kustomize Component; a Kustomization without resources
 // is accepted and treated as one (it can only be meant as patches).
+// config.OverlayProblem, which 'onprem config validate' reports, refuses
+// every other folder.
 func loadOverlay(mem filesys.FileSystem, dir, dst string) error {
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -374,6 +446,9 @@ func loadOverlay(mem filesys.FileSystem, dir, dst string) error {
 	}
 	if !info.IsDir() {
 		return fmt.Errorf("spec.overlays: %s is not a folder; an overlay is a folder holding a kustomization.yaml", dir)
+	}
+	if msg := config.OverlayProblem(dir); msg != "" {
+		return fmt.Errorf("spec.overlays: %s", msg)
 	}
 	if err := copyFS(mem, os.DirFS(dir), dst); err != nil {
 		return fmt.Errorf("spec.overlays: %s: %w", dir, err)
@@ -385,34 +460,28 @@ func loadOverlay(mem filesys.FileSystem, dir, dst string) error {
 			break
 		}
 	}
-	if kfile == "" {
-		return fmt.Errorf("spec.overlays: %s has no kustomization.yaml; write one of kind Component (apiVersion kustomize.config.k8s.io/v1alpha1)", dir)
-	}
 	data, err := mem.ReadFile(kfile)
 	if err != nil {
-		return err
+		return fmt.Errorf("spec.overlays: %s: %w", dir, err)
 	}
 	var k map[string]any
 	if err := yaml.Unmarshal(data, &k); err != nil {
-		return fmt.Errorf("spec.overlays: %s: %w", filepath.Join(dir, path.Base(kfile)), err)
+		return fmt.Errorf("spec.overlays: %s: not a kustomization: %w", filepath.Join(dir, path.Base(kfile)), err)
 	}
-	switch k["kind"] {
-	case "Component":
+	if k == nil {
+		// OverlayProblem refuses an empty file; never write into a nil map.
+		k = map[string]any{}
+	}
+	if k["kind"] == "Component" {
 		return nil
-	case nil, "Kustomization":
-		if _, has := k["resources"]; has {
-			return fmt.Errorf("spec.overlays: %s is a Kustomization with resources; an overlay changes the platform's objects, so write it as kind: Component (apiVersion kustomize.config.k8s.io/v1alpha1) and keep any new objects under its resources", dir)
-		}
-		k["apiVersion"] = "kustomize.config.k8s.io/v1alpha1"
-		k["kind"] = "Component"
-		b, err := yaml.Marshal(k)
-		if err != nil {
-			return err
-		}
-		return mem.WriteFile(kfile, b)
-	default:
-		return fmt.Errorf("spec.overlays: %s: kind %v is not a kustomize Component", dir, k["kind"])
 	}
+	k["apiVersion"] = "kustomize.config.k8s.io/v1alpha1"
+	k["kind"] = "Component"
+	b, err := yaml.Marshal(k)
+	if err != nil {
+		return err
+	}
+	return mem.WriteFile(kfile, b)
 }
 
 // copyFS copies every file of src under dst in mem.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -45,6 +46,12 @@ type Options struct {
 	// Tasks renders the release's migration and backup Jobs too
 	// (Result.Tasks), for an upgrade to this release.
 	Tasks bool
+
+	// overlaid are the replicas the operator's overlays give components'
+	// workloads (Render finds them), a values layer over --set, so that
+	// the chart renders what goes with them (a PodDisruptionBudget,
+	// spread over nodes) as it does for replicas set in values.
+	overlaid map[string]map[string]any
 }
 
 // Component is one rendered component: a Helm release of the platform.
@@ -94,7 +101,81 @@ func Render(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.postRender()
+	res, err := st.postRender()
+	if err != nil {
+		return nil, err
+	}
+	// An overlay that changes a workload's replicas gets what the chart
+	// renders with those replicas (its PodDisruptionBudget, its spread
+	// over nodes), exactly as if they were set in values: the charts are
+	// rendered again with them as a values layer.
+	overlaid := st.overlaidReplicas(res)
+	if len(overlaid) == 0 {
+		return res, nil
+	}
+	opts.overlaid = overlaid
+	if st, err = renderCharts(ctx, opts); err != nil {
+		return nil, err
+	}
+	if res, err = st.postRender(); err != nil {
+		return nil, err
+	}
+	if again := st.overlaidReplicas(res); len(again) > 0 {
+		return nil, fmt.Errorf("post-render: the replicas of %s change with every render: the operator's overlays set them from something that changes with them", strings.Join(sortedKeys(again), ", "))
+	}
+	return res, nil
+}
+
+// overlaidReplicas finds the components whose workload (their one
+// Deployment or StatefulSet) leaves the post-render with other replicas
+// than its chart rendered: an operator's overlay changed them. It maps
+// each to the replicas as a values layer.
+func (st *charted) overlaidReplicas(res *Result) map[string]map[string]any {
+	rendered := map[string]int64{}
+	for _, o := range st.objects {
+		if r, ok := replicasOf(o); ok && isScalable(o) {
+			rendered[o.GetLabels()[ComponentLabel]+"/"+o.GetKind()+"/"+o.GetName()] = r
+		}
+	}
+	out := map[string]map[string]any{}
+	for _, c := range res.Components {
+		var workloads []*unstructured.Unstructured
+		for _, o := range c.Objects {
+			if isScalable(o) {
+				workloads = append(workloads, o)
+			}
+		}
+		if len(workloads) != 1 {
+			continue
+		}
+		w := workloads[0]
+		before, ok := rendered[c.Name+"/"+w.GetKind()+"/"+w.GetName()]
+		after, found := replicasOf(w)
+		if ok && found && after != before {
+			out[c.Name] = map[string]any{"replicas": after}
+		}
+	}
+	return out
+}
+
+// replicasOf reads spec.replicas, however the decoder typed the number.
+func replicasOf(o *unstructured.Unstructured) (int64, bool) {
+	v, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+	switch n := v.(type) {
+	case int64:
+		return n, found
+	case int:
+		return int64(n), found
+	case float64:
+		return int64(n), found && n == float64(int64(n))
+	}
+	return 0, false
+}
+
+// isScalable says whether an object is a workload whose replicas a chart
+// sets from its replicas value.
+func isScalable(o *unstructured.Unstructured) bool {
+	return o.GetAPIVersion() == "apps/v1" && (o.GetKind() == "Deployment" || o.GetKind() == "StatefulSet")
 }
 
 // charted is the platform after the Helm stage, before the kustomize one.
@@ -142,6 +223,7 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		if err != nil {
 			return nil, err
 		}
+		v = sizing.Merge(v, opts.overlaid[p.Name])
 		st.values[p.Name] = v
 		if p.Chart == sizing.ServiceChart {
 			st.services[p.Name] = v
@@ -196,6 +278,9 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		if ch.Metadata.Version != p.ChartVersion {
 			return nil, fmt.Errorf("component %s: release %s needs chart %s %s, but this onprem has %s %s: use the onprem that ships release %s, or a bundle of it",
 				p.Name, rel.Version, p.Chart, p.ChartVersion, p.Chart, ch.Metadata.Version, rel.Version)
+		}
+		if err := checkComponentValues(ch, p.Name, st.values[p.Name], layers{set: sets[p.Name], config: in.Spec.Components[p.Name].Values, overlaid: opts.overlaid[p.Name]}); err != nil {
+			return nil, err
 		}
 		ms, err := charts.Template(ch, p.Name, in.Spec.Namespace, st.values[p.Name])
 		if err != nil {

@@ -612,3 +612,21 @@ func TestEveryRouteHasOneOwner(t *testing.T) {
 		})
 	}
 }
+
+// An overlay whose kustomization holds nothing is an error naming the
+// file, never a panic (issue 33, item 1). Render is a library call: it
+// checks what config.Load would have refused.
+func TestEmptyOverlayKustomizationDoesNotPanic(t *testing.T) {
+	in, rel := load(t, "minimal")
+	for _, content := range []string{"", "   \n\n", "# later\n", "null\n", "---\n"} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		in.Spec.Overlays = []string{dir}
+		_, err := Render(context.Background(), Options{Installation: in, Release: rel})
+		if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "kustomization.yaml")+" is empty") {
+			t.Errorf("kustomization %q: err = %v", content, err)
+		}
+	}
+}
