@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,9 +43,17 @@ type postRender struct {
 	// brings its own policies.
 	namespace string
 	runner    bool
+	// upstream: the charts are not onprem's (a GitOps runtime's): they
+	// get the restricted Pod Security fields but not the platform's own
+	// hardening (their pods call the Kubernetes API and may read their
+	// Services' variables without saying so), and keep their own
+	// app.kubernetes.io/part-of labels (Argo CD finds its ConfigMaps and
+	// Secrets by part-of: argocd).
+	upstream bool
 }
 
 func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	dropNulls(charted)
 	mem, err := p.tree(charted)
 	if err != nil {
 		return nil, err
@@ -134,7 +143,16 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 		files["/builtin/images/kustomization.yaml"] = img
 		components = append(components, "../builtin/images")
 	}
-	components = append(components, "../manifests/components/hardening")
+	components = append(components, "../manifests/components/restricted")
+	if !p.upstream {
+		components = append(components, "../manifests/components/hardening")
+	}
+	if c, err := p.containers(charted); err != nil {
+		return nil, err
+	} else if c != nil {
+		files["/builtin/containers/kustomization.yaml"] = c
+		components = append(components, "../builtin/containers")
+	}
 	if pl := p.placement(); pl != nil {
 		files["/builtin/placement/kustomization.yaml"] = pl
 		components = append(components, "../builtin/placement")
@@ -195,14 +213,18 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 // (the operator's too) can select by them. The namespace is set last, by the
 // top kustomization, so that the operator's patches need not name it.
 func (p *postRender) common() map[string]any {
+	pairs := map[string]any{
+		"app.kubernetes.io/part-of": "onprem",
+		"onprem.dev/installation":   p.in.Metadata.Name,
+	}
+	if p.upstream {
+		delete(pairs, "app.kubernetes.io/part-of")
+	}
 	return map[string]any{
 		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
 		"kind":       "Component",
 		"labels": []any{map[string]any{
-			"pairs": map[string]any{
-				"app.kubernetes.io/part-of": "onprem",
-				"onprem.dev/installation":   p.in.Metadata.Name,
-			},
+			"pairs":            pairs,
 			"includeSelectors": false,
 			"includeTemplates": true,
 		}},
@@ -240,6 +262,8 @@ var workloadKinds = []struct {
 }{
 	{"apps/v1", "Deployment", podTemplatePath}, {"apps/v1", "StatefulSet", podTemplatePath}, {"apps/v1", "DaemonSet", podTemplatePath},
 	{"batch/v1", "Job", podTemplatePath}, {"batch/v1", "CronJob", []string{"spec", "jobTemplate", "spec", "template"}},
+	// A chart's bare Pods: Helm test hooks.
+	{"v1", "Pod", nil},
 }
 
 var podTemplatePath = []string{"spec", "template"}
@@ -294,6 +318,97 @@ func noProxy(ns, operators string) string {
 	return strings.Join(l, ",")
 }
 
+// workloadTemplate is the path of a workload's pod template (nil for a
+// Pod, whose spec is the pod's), and whether u is a workload at all.
+func workloadTemplate(u *unstructured.Unstructured) ([]string, bool) {
+	for _, w := range workloadKinds {
+		if u.GetKind() == w.kind && u.GetAPIVersion() == w.apiVersion {
+			return w.template, true
+		}
+	}
+	return nil, false
+}
+
+// containerPatches writes one strategic-merge patch per workload of objs
+// that patch returns container fields for (a map per container name, nil
+// for none), naming its containers and init containers: kustomize cannot
+// patch "every container".
+func containerPatches(objs []*unstructured.Unstructured, patch func(c map[string]any) map[string]any) ([]any, error) {
+	var patches []any
+	for _, u := range objs {
+		template, ok := workloadTemplate(u)
+		if !ok {
+			continue
+		}
+		podSpec := map[string]any{}
+		for _, field := range []string{"containers", "initContainers"} {
+			cs, _, _ := unstructured.NestedSlice(u.Object, append(append([]string{}, template...), "spec", field)...)
+			var patched []any
+			for _, c := range cs {
+				cm, _ := c.(map[string]any)
+				name, _ := cm["name"].(string)
+				if name == "" {
+					continue
+				}
+				if fields := patch(cm); fields != nil {
+					fields["name"] = name
+					patched = append(patched, fields)
+				}
+			}
+			if len(patched) > 0 {
+				podSpec[field] = patched
+			}
+		}
+		if len(podSpec) == 0 {
+			continue
+		}
+		doc := nested(append(append([]string{}, template...), "spec"), podSpec)
+		doc["apiVersion"], doc["kind"], doc["metadata"] = u.GetAPIVersion(), u.GetKind(), map[string]any{"name": u.GetName()}
+		b, err := yaml.Marshal(doc)
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{
+			"target": map[string]any{"kind": u.GetKind(), "name": u.GetName()},
+			"patch":  string(b),
+		})
+	}
+	return patches, nil
+}
+
+// containers gives every container that lacks them the container-level
+// fields of the restricted Pod Security Standard: allowPrivilegeEscalation
+// false, and ALL among the capabilities it drops (what it adds is kept,
+// for render.Check to judge). What a chart sets itself is kept: a
+// container that must escalate says so, and Check refuses it unless it is
+// a listed exception.
+func (p *postRender) containers(objs []*unstructured.Unstructured) (map[string]any, error) {
+	patches, err := containerPatches(objs, func(c map[string]any) map[string]any {
+		sc, _ := c["securityContext"].(map[string]any)
+		want := map[string]any{}
+		if _, set := sc["allowPrivilegeEscalation"]; !set {
+			want["allowPrivilegeEscalation"] = false
+		}
+		caps, _ := sc["capabilities"].(map[string]any)
+		drop, _ := caps["drop"].([]any)
+		if !slices.ContainsFunc(drop, func(d any) bool { s, _ := d.(string); return strings.EqualFold(s, "ALL") }) {
+			want["capabilities"] = map[string]any{"drop": append([]any{"ALL"}, drop...)}
+		}
+		if len(want) == 0 {
+			return nil
+		}
+		return map[string]any{"securityContext": want}
+	})
+	if err != nil || len(patches) == 0 {
+		return nil, err
+	}
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"patches":    patches,
+	}, nil
+}
+
 // proxy gives every container of every chart workload the proxy
 // environment (upper and lower case: tools read either). Kustomize cannot
 // patch "every container", so a strategic-merge patch is written per
@@ -313,49 +428,11 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 	add("HTTPS_PROXY", px.HTTPSProxy)
 	add("NO_PROXY", noProxy(p.in.Spec.Namespace, px.NoProxy))
 
-	var patches []any
-	for _, u := range objs {
-		var template []string
-		for _, w := range workloadKinds {
-			if u.GetKind() == w.kind && u.GetAPIVersion() == w.apiVersion {
-				template = w.template
-			}
-		}
-		if template == nil {
-			continue
-		}
-		podSpec := map[string]any{}
-		for _, field := range []string{"containers", "initContainers"} {
-			cs, _, _ := unstructured.NestedSlice(u.Object, append(append([]string{}, template...), "spec", field)...)
-			var patched []any
-			for _, c := range cs {
-				cm, _ := c.(map[string]any)
-				name, _ := cm["name"].(string)
-				if name == "" {
-					continue
-				}
-				patched = append(patched, map[string]any{"name": name, "env": env})
-			}
-			if len(patched) > 0 {
-				podSpec[field] = patched
-			}
-		}
-		if len(podSpec) == 0 {
-			continue
-		}
-		patch := nested(template, map[string]any{"spec": podSpec})
-		patch["apiVersion"], patch["kind"], patch["metadata"] = u.GetAPIVersion(), u.GetKind(), map[string]any{"name": u.GetName()}
-		b, err := yaml.Marshal(patch)
-		if err != nil {
-			return nil, err
-		}
-		patches = append(patches, map[string]any{
-			"target": map[string]any{"kind": u.GetKind(), "name": u.GetName()},
-			"patch":  string(b),
-		})
-	}
-	if len(patches) == 0 {
-		return nil, nil
+	patches, err := containerPatches(objs, func(map[string]any) map[string]any {
+		return map[string]any{"env": env}
+	})
+	if err != nil || len(patches) == 0 {
+		return nil, err
 	}
 	return map[string]any{
 		"apiVersion": "kustomize.config.k8s.io/v1alpha1",

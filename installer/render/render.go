@@ -58,6 +58,13 @@ type Component struct {
 	DependsOn    []string                     `json:"dependsOn,omitempty"`
 	Values       map[string]any               `json:"-"`
 	Objects      []*unstructured.Unstructured `json:"objects"`
+	// ChartCRDs names the CustomResourceDefinitions of Objects that come
+	// from the crds/ folders of the chart and its enabled subcharts. Helm
+	// installs those itself, as they are, before the release's first
+	// install, and never upgrades or deletes them: they are shown,
+	// checked and compared like the others, but are not part of the
+	// release's manifest (installer/apply).
+	ChartCRDs []string `json:"chartCRDs,omitempty"`
 	// Loaded, when set, is the chart itself (a remote chart fetched for
 	// the render, such as a runtime's), which apply uses instead of
 	// reading Chart from its charts.
@@ -104,8 +111,10 @@ type charted struct {
 	values   map[string]map[string]any
 	services map[string]map[string]any
 	objects  []*unstructured.Unstructured
-	tasks    []taskBuild
-	post     *postRender
+	// crds are each component's crds/ CustomResourceDefinitions.
+	crds  map[string][]*unstructured.Unstructured
+	tasks []taskBuild
+	post  *postRender
 }
 
 // renderCharts computes every component's values and renders its chart.
@@ -136,7 +145,7 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 
 	// Values first: db-provision's list depends on the services' final
 	// values (an operator may change what a service uses).
-	st := &charted{opts: opts, values: map[string]map[string]any{}, services: map[string]map[string]any{}}
+	st := &charted{opts: opts, values: map[string]map[string]any{}, services: map[string]map[string]any{}, crds: map[string][]*unstructured.Unstructured{}}
 	for _, p := range planned {
 		v, err := componentValues(in, rel, prof, p.Component, global, sets)
 		if err != nil {
@@ -196,20 +205,19 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		if err != nil {
 			return nil, fmt.Errorf("component %s: %w", p.Name, err)
 		}
-		for _, m := range ms {
-			objs, err := decodeObjects(p.Name+": "+m.Template, []byte(m.Content))
-			if err != nil {
-				return nil, err
-			}
-			for _, o := range objs {
-				setLabel(o, ComponentLabel, p.Name)
-				// The post-render sets every namespace last, so that
-				// overlays match objects the way kustomize users expect
-				// (patches without a namespace).
-				o.SetNamespace("")
-			}
-			st.objects = append(st.objects, objs...)
+		objs, crds, err := chartObjects("component "+p.Name, ms)
+		if err != nil {
+			return nil, err
 		}
+		for _, o := range objs {
+			setLabel(o, ComponentLabel, p.Name)
+			// The post-render sets every namespace last, so that
+			// overlays match objects the way kustomize users expect
+			// (patches without a namespace).
+			o.SetNamespace("")
+		}
+		st.objects = append(st.objects, objs...)
+		st.crds[p.Name] = crds
 		for _, imgName := range p.Images {
 			img, _ := rel.Image(imgName)
 			repos[images.Repository(img, in.Spec.Images.Platform)] = true
@@ -276,6 +284,7 @@ func (st *charted) postRender() (*Result, error) {
 		c.Objects = append(c.Objects, o)
 	}
 	for _, c := range res.Components {
+		addChartCRDs(c, st.crds[c.Name])
 		installOrder(c.Objects)
 	}
 	res.Secrets = credentials.Plan(needs(in, st.services))

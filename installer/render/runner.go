@@ -180,19 +180,17 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 	// them.
 	inEngine := map[string]bool{}
 	var objs []*unstructured.Unstructured
-	for _, m := range ms {
-		decoded, err := decodeObjects("runner "+r.Name+": "+m.Template, []byte(m.Content))
-		if err != nil {
-			return nil, err
+	decoded, crds, err := chartObjects("runner "+r.Name, ms)
+	if err != nil {
+		return nil, err
+	}
+	for _, obj := range decoded {
+		if obj.GetNamespace() == engineNS {
+			inEngine[objectKey(obj)] = true
 		}
-		for _, obj := range decoded {
-			if obj.GetNamespace() == engineNS {
-				inEngine[objectKey(obj)] = true
-			}
-			setLabel(obj, ComponentLabel, name)
-			obj.SetNamespace("")
-			objs = append(objs, obj)
-		}
+		setLabel(obj, ComponentLabel, name)
+		obj.SetNamespace("")
+		objs = append(objs, obj)
 	}
 	post := &postRender{in: in, manifests: o.Manifests, repositories: sortedKeys(repos), namespace: r.Namespace, runner: true}
 	out, err := post.run(objs)
@@ -204,8 +202,10 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 			obj.SetNamespace(engineNS)
 		}
 	}
-	installOrder(out)
-	return &Component{Name: name, Group: RunnerGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out}, nil
+	c := &Component{Name: name, Group: RunnerGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out}
+	addChartCRDs(c, crds)
+	installOrder(c.Objects)
+	return c, nil
 }
 
 func objectKey(o *unstructured.Unstructured) string {

@@ -200,27 +200,29 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
 	}
-	var objs []*unstructured.Unstructured
-	for _, m := range ms {
-		decoded, err := decodeObjects("runtime "+rt.Name+": "+m.Template, []byte(m.Content))
-		if err != nil {
-			return nil, err
-		}
-		for _, obj := range decoded {
-			setLabel(obj, ComponentLabel, name)
-			if namespaced(obj) {
-				obj.SetNamespace("")
-			}
-			objs = append(objs, obj)
+	objs, crds, err := chartObjects("runtime "+rt.Name, ms)
+	if err != nil {
+		return nil, err
+	}
+	objs, err = lastOfEach(objs)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: chart %s %s: %w", rt.Name, a.Chart, a.ChartVersion, err)
+	}
+	for _, obj := range objs {
+		setLabel(obj, ComponentLabel, name)
+		if namespaced(obj) {
+			obj.SetNamespace("")
 		}
 	}
-	post := &postRender{in: in, manifests: o.Manifests, repositories: sortedKeys(repos), namespace: rt.Namespace, runner: true}
+	post := &postRender{in: in, manifests: o.Manifests, repositories: sortedKeys(repos), namespace: rt.Namespace, runner: true, upstream: true}
 	out, err := post.run(objs)
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
 	}
-	installOrder(out)
-	return &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out, Loaded: o.Chart}, nil
+	c := &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out, Loaded: o.Chart}
+	addChartCRDs(c, crds)
+	installOrder(c.Objects)
+	return c, nil
 }
 
 // namespaced tells the cluster-scoped kinds a runtime chart brings.

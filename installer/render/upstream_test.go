@@ -1,0 +1,617 @@
+package render
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"helm.sh/helm/v4/pkg/action"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"onprem.dev/onprem/charts"
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/images"
+	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
+)
+
+// The GitOps runtimes of the shipped releases, rendered from the real
+// upstream chart packages (runtimetest.Upstream). Rendering the real chart
+// is slow (its templates deep-copy their whole context, chart files
+// included, dozens of times: seconds per render), so each release and
+// mode is rendered once per test binary and shared by every test below.
+
+// upstreamMode is one way a runtime is installed.
+type upstreamMode struct {
+	name string
+	// set changes the installation, the runtime and the options.
+	set func(in *config.Installation, o *RuntimeOptions)
+}
+
+// The modes every shipped release's runtime is rendered in.
+var upstreamModes = []upstreamMode{
+	{"ingress", func(in *config.Installation, o *RuntimeOptions) {
+		// The configuration runtime, reached through the platform's
+		// ingress class.
+		o.ConfigurationRuntime = true
+	}},
+	{"tunnel", func(in *config.Installation, o *RuntimeOptions) {
+		o.Runtime.Access.Mode = config.RuntimeAccessTunnel
+	}},
+	{"private-registry", func(in *config.Installation, o *RuntimeOptions) {
+		in.Spec.Registry = config.Registry{Host: "registry.airgap.internal:5000", PathPrefix: "onprem", PullSecret: "airgap-pull"}
+	}},
+	{"self-signed-ca", func(in *config.Installation, o *RuntimeOptions) {
+		// A platform whose certificate the runtime's nodes do not trust:
+		// the runtime's namespace holds its CA.
+		o.PlatformCA = true
+	}},
+}
+
+// upstreamRuntime is one distinct runtime of the shipped releases: the
+// releases that install it (the same chart version and runtime section
+// render the same objects) and the first of them.
+type upstreamRuntime struct {
+	releases []string
+	release  *release.Release
+}
+
+func (u upstreamRuntime) String() string {
+	return u.release.Runtime.ChartVersion + " (release " + strings.Join(u.releases, ", ") + ")"
+}
+
+// shippedRuntimes lists the distinct runtimes of the embedded releases.
+func shippedRuntimes(t testing.TB) []upstreamRuntime {
+	t.Helper()
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []upstreamRuntime
+	seen := map[string]int{}
+	for _, rel := range set.All() {
+		if rel.Runtime == nil {
+			continue
+		}
+		b, err := json.Marshal(rel.Runtime)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i, ok := seen[string(b)]; ok {
+			out[i].releases = append(out[i].releases, rel.Version)
+			continue
+		}
+		seen[string(b)] = len(out)
+		out = append(out, upstreamRuntime{releases: []string{rel.Version}, release: rel})
+	}
+	if len(out) == 0 {
+		t.Fatal("no shipped release installs a GitOps runtime")
+	}
+	return out
+}
+
+// upstreamRender is a runtime rendered by onprem from the real chart.
+type upstreamRender struct {
+	in      *config.Installation
+	opts    RuntimeOptions
+	c       *Component
+	err     error
+	version string
+}
+
+var (
+	upstreamMu      sync.Mutex
+	upstreamRenders = map[string]*upstreamRender{}
+	upstreamOnce    = map[string]*sync.Once{}
+)
+
+// renderUpstream renders the runtime of rel in mode from the real chart
+// (once per test binary).
+func renderUpstream(t testing.TB, rel *release.Release, mode upstreamMode) *upstreamRender {
+	t.Helper()
+	key := rel.Version + "/" + mode.name
+	upstreamMu.Lock()
+	once, ok := upstreamOnce[key]
+	if !ok {
+		once = &sync.Once{}
+		upstreamOnce[key] = once
+	}
+	upstreamMu.Unlock()
+	once.Do(func() {
+		in, _ := load(t, "minimal")
+		in.Spec.Version = rel.Version
+		in.Spec.RuntimeConfig.Repository = config.GitRepository{URL: "https://git.example.com/platform/gitops.git", Branch: "main"}
+		in.Spec.RuntimeConfig.AccountID = "64f0c1d2e3a4b5c6d7e8f901"
+		o := RuntimeOptions{Installation: in, Release: rel, Runtime: config.Runtime{Name: "edge"},
+			Chart: runtimetest.Upstream(t, rel.Runtime.ChartVersion)}
+		mode.set(in, &o)
+		var c *Component
+		rt, err := RuntimeDefaults(o.Runtime)
+		if err == nil {
+			o.Runtime = rt
+			c, err = RenderRuntime(context.Background(), o)
+		}
+		r := &upstreamRender{in: in, opts: o, c: c, err: err, version: rel.Runtime.ChartVersion}
+		upstreamMu.Lock()
+		upstreamRenders[key] = r
+		upstreamMu.Unlock()
+	})
+	upstreamMu.Lock()
+	defer upstreamMu.Unlock()
+	r := upstreamRenders[key]
+	if r == nil || r.err != nil {
+		var err error
+		if r != nil {
+			err = r.err
+		}
+		t.Fatalf("runtime of release %s, %s mode: %v", rel.Version, mode.name, err)
+	}
+	return r
+}
+
+// forEachUpstream runs f, in parallel, for every distinct runtime of the
+// shipped releases in every mode.
+func forEachUpstream(t *testing.T, f func(t *testing.T, u upstreamRuntime, mode upstreamMode, r *upstreamRender)) {
+	for _, u := range shippedRuntimes(t) {
+		for _, mode := range upstreamModes {
+			t.Run(u.release.Runtime.ChartVersion+"/"+mode.name, func(t *testing.T) {
+				t.Parallel()
+				f(t, u, mode, renderUpstream(t, u.release, mode))
+			})
+		}
+	}
+}
+
+// helmReference renders the real chart at version with values the way
+// Helm's own install does, client-only (`helm template --include-crds`):
+// the hooks and the manifest, each document decoded. The result is a pure
+// function of the Helm SDK's version, the chart package, the release's
+// name and namespace and the values: it is kept in $ONPREM_CACHE under a
+// digest of all of them, so that a warm run renders only onprem's side.
+func helmReference(t testing.TB, version, releaseName, namespace string, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	dir := os.Getenv("ONPREM_CACHE")
+	if dir == "" {
+		return helmRender(t, version, releaseName, namespace, values)
+	}
+	h := sha256.New()
+	vals, err := json.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(h, "helm %s\x00%s\x00%s\x00", helmSDKVersion(), releaseName, namespace)
+	h.Write(runtimetest.UpstreamArchive(t, version))
+	h.Write(vals)
+	path := filepath.Join(dir, "render-reference", hex.EncodeToString(h.Sum(nil))+".json")
+	if data, err := os.ReadFile(path); err == nil {
+		var objs []map[string]any
+		if err := utiljson.Unmarshal(data, &objs); err == nil {
+			out := make([]*unstructured.Unstructured, len(objs))
+			for i, o := range objs {
+				out[i] = &unstructured.Unstructured{Object: o}
+			}
+			return out
+		}
+	}
+	out := helmRender(t, version, releaseName, namespace, values)
+	objs := make([]map[string]any, len(out))
+	for i, o := range out {
+		objs[i] = o.Object
+	}
+	data, err := json.Marshal(objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+		tmp := path + ".tmp" + strconv.Itoa(os.Getpid())
+		if os.WriteFile(tmp, data, 0o644) == nil {
+			_ = os.Rename(tmp, path)
+		}
+	}
+	return out
+}
+
+// helmSDKVersion is the Helm SDK's module version in this test binary.
+func helmSDKVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "helm.sh/helm/v4" {
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
+}
+
+func helmRender(t testing.TB, version, releaseName, namespace string, values map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	in := action.NewInstall(action.NewConfiguration())
+	in.DryRunStrategy = action.DryRunClient
+	in.ReleaseName = releaseName
+	in.Namespace = namespace
+	in.IncludeCRDs = true
+	in.Replace = true
+	// Helm processes the chart's dependencies in place: a copy, so that
+	// the shared chart stays as loaded.
+	ri, err := in.Run(charts.Clone(runtimetest.Upstream(t, version)), sizingCopy(values))
+	if err != nil {
+		t.Fatalf("helm install --dry-run=client: %v", err)
+	}
+	rel := ri.(*releasev1.Release)
+	docs := []string{}
+	split := releaseutil.SplitManifests(rel.Manifest)
+	keys := make([]string, 0, len(split))
+	for k := range split {
+		keys = append(keys, k)
+	}
+	sort.Sort(releaseutil.BySplitManifestsOrder(keys))
+	for _, k := range keys {
+		docs = append(docs, split[k])
+	}
+	for _, h := range rel.Hooks {
+		docs = append(docs, h.Manifest)
+	}
+	// Decoded the way Helm's Kubernetes client builds the objects it
+	// sends (the YAML-or-JSON decoder of the resource builder).
+	var out []*unstructured.Unstructured
+	for _, d := range docs {
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(d), 4096)
+		for {
+			var m map[string]any
+			err := dec.Decode(&m)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("helm's render: %v", err)
+			}
+			if len(m) > 0 {
+				out = append(out, &unstructured.Unstructured{Object: jsonRoundTrip(t, m)})
+			}
+		}
+	}
+	return out
+}
+
+// sizingCopy copies values (Helm coalesces into what it is given).
+func sizingCopy(v map[string]any) map[string]any {
+	b, _ := json.Marshal(v)
+	var out map[string]any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// jsonRoundTrip gives a value the types the unstructured helpers use
+// (int64 and float64 numbers).
+func jsonRoundTrip(t testing.TB, m map[string]any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := utiljson.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func identity(o *unstructured.Unstructured) string {
+	gv := o.GetAPIVersion()
+	if i := strings.Index(gv, "/"); i >= 0 {
+		gv = gv[:i]
+	} else {
+		gv = ""
+	}
+	return gv + "/" + o.GetKind() + "/" + o.GetName()
+}
+
+func kindCounts(objs []*unstructured.Unstructured) string {
+	n := map[string]int{}
+	for _, o := range objs {
+		n[o.GetKind()]++
+	}
+	var parts []string
+	for _, k := range sortedKeys(n) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Every runtime onprem installs renders exactly the objects Helm's own
+// install renders from the same chart package and values (the real
+// published chart, every shipped release, every mode): the same kinds and
+// names, hooks and the crds/ folders' CustomResourceDefinitions included,
+// and the same content but for what onprem adds on purpose, each checked
+// for what it must be (onpremAdditions).
+func TestRuntimeRendersLikeHelm(t *testing.T) {
+	forEachUpstream(t, func(t *testing.T, u upstreamRuntime, mode upstreamMode, r *upstreamRender) {
+		ref := helmReference(t, r.version, r.c.Name, r.opts.Runtime.Namespace, r.c.Values)
+		want := map[string]*unstructured.Unstructured{}
+		var dups []string
+		for _, o := range ref {
+			if _, dup := want[identity(o)]; dup {
+				dups = append(dups, identity(o))
+			}
+			// Helm applies both; the cluster keeps the last.
+			want[identity(o)] = o
+		}
+		got := map[string]*unstructured.Unstructured{}
+		for _, o := range r.c.Objects {
+			if _, dup := got[identity(o)]; dup {
+				t.Errorf("onprem renders %s twice", identity(o))
+			}
+			got[identity(o)] = o
+		}
+		t.Logf("%s, %s mode: Helm %d objects (%d rendered twice by the chart: %v), onprem %d: %s",
+			u, mode.name, len(want), len(dups), dups, len(got), kindCounts(r.c.Objects))
+		for _, id := range sortedKeys(want) {
+			if got[id] == nil {
+				t.Errorf("%s: rendered by Helm, missing from onprem's render", id)
+			}
+		}
+		for _, id := range sortedKeys(got) {
+			if want[id] == nil {
+				t.Errorf("%s: rendered by onprem, not by Helm", id)
+			}
+		}
+		crds := map[string]bool{}
+		for _, n := range r.c.ChartCRDs {
+			crds["apiextensions.k8s.io/CustomResourceDefinition/"+n] = true
+		}
+		if len(crds) == 0 {
+			t.Errorf("no CustomResourceDefinition of the chart's crds/ folders in onprem's render")
+		}
+		add := onpremAdditions(r)
+		for _, id := range sortedKeys(got) {
+			w, g := want[id], got[id]
+			if w == nil {
+				continue
+			}
+			if crds[id] {
+				// Helm installs these itself, as they are.
+				if !reflect.DeepEqual(w.Object, g.Object) {
+					t.Errorf("%s (crds/ folder): onprem's differs from the chart's file", id)
+				}
+				continue
+			}
+			var diffs []difference
+			differences(nil, w.Object, g.Object, &diffs)
+			for _, d := range diffs {
+				if why := add(g, d); why != "" {
+					t.Errorf("%s: %s: Helm %s, onprem %s: %s", id, strings.Join(d.path, "."), show(d.ref), show(d.got), why)
+				}
+			}
+		}
+	})
+}
+
+func show(v any) string {
+	if v == nil {
+		return "(none)"
+	}
+	b, _ := json.Marshal(v)
+	if len(b) > 200 {
+		return string(b[:200]) + "..."
+	}
+	return string(b)
+}
+
+// difference is one leaf where two objects differ.
+type difference struct {
+	path     []string
+	ref, got any
+}
+
+// differences walks two decoded objects and lists where they differ: a
+// map missing on one side is walked as empty, lists of the same length
+// element by element, anything else compared whole.
+func differences(path []string, ref, got any, out *[]difference) {
+	rm, rok := ref.(map[string]any)
+	gm, gok := got.(map[string]any)
+	if (rok || ref == nil) && (gok || got == nil) && (rok || gok) {
+		keys := map[string]bool{}
+		for k := range rm {
+			keys[k] = true
+		}
+		for k := range gm {
+			keys[k] = true
+		}
+		for _, k := range sortedKeys(keys) {
+			differences(append(slices.Clone(path), k), rm[k], gm[k], out)
+		}
+		return
+	}
+	rl, rok := ref.([]any)
+	gl, gok := got.([]any)
+	if rok && gok && len(rl) == len(gl) {
+		for i := range rl {
+			differences(append(slices.Clone(path), fmt.Sprint(i)), rl[i], gl[i], out)
+		}
+		return
+	}
+	if !reflect.DeepEqual(ref, got) {
+		*out = append(*out, difference{path: path, ref: ref, got: got})
+	}
+}
+
+// podPaths are where a kind keeps its pod template's metadata and spec.
+func podPaths(kind string) (meta, spec []string) {
+	switch kind {
+	case "Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet":
+		return []string{"spec", "template", "metadata"}, []string{"spec", "template", "spec"}
+	case "CronJob":
+		return []string{"spec", "jobTemplate", "spec", "template", "metadata"}, []string{"spec", "jobTemplate", "spec", "template", "spec"}
+	case "Pod":
+		return nil, []string{"spec"}
+	}
+	return nil, nil
+}
+
+// hasPrefix reports whether path starts with prefix (a nil prefix never
+// matches) and returns the rest.
+func hasPrefix(path, prefix []string) ([]string, bool) {
+	if prefix == nil || len(path) < len(prefix) || !slices.Equal(path[:len(prefix)], prefix) {
+		return nil, false
+	}
+	return path[len(prefix):], true
+}
+
+// onpremAdditions returns the judge of one difference between Helm's
+// object and onprem's: "" when it is one of onprem's additions, as it
+// must be, else why it is not. What onprem adds on purpose:
+//
+//   - the namespace: every namespaced object in the runtime's namespace,
+//     and so a role binding's ServiceAccount subject without one;
+//   - labels: onprem.dev/installation (on objects and pod templates) and
+//     onprem.dev/component (on objects), never changing the chart's own;
+//   - the restricted Pod Security fields: runAsNonRoot and a
+//     RuntimeDefault seccomp profile on every pod, and on every container
+//     allowPrivilegeEscalation false and ALL among the capabilities it
+//     drops (the ones the chart drops kept);
+//   - with a private registry, relocation: every container image, every
+//     image the chart names in a container's arguments or in a
+//     ConfigMap's data, moved to the registry (images.Relocate), tag and
+//     digest kept.
+func onpremAdditions(r *upstreamRender) func(o *unstructured.Unstructured, d difference) string {
+	labels := map[string]string{"onprem.dev/installation": r.in.Metadata.Name, ComponentLabel: r.c.Name}
+	reg := r.in.Spec.Registry
+	relocated := func(ref any) (string, bool) {
+		s, ok := ref.(string)
+		if !ok || reg.Host == "" {
+			return "", false
+		}
+		return relocateReference(s, reg.Host, reg.PathPrefix)
+	}
+	return func(o *unstructured.Unstructured, d difference) string {
+		p := d.path
+		if slices.Equal(p, []string{"metadata", "namespace"}) {
+			if d.got == r.opts.Runtime.Namespace && d.ref == nil {
+				return ""
+			}
+			return "the namespace is the runtime's, " + r.opts.Runtime.Namespace
+		}
+		if (o.GetKind() == "RoleBinding" || o.GetKind() == "ClusterRoleBinding") && len(p) == 3 && p[0] == "subjects" && p[2] == "namespace" {
+			// kustomize's namespace transformer fills a ServiceAccount
+			// subject's missing namespace: the binding's, the same
+			// subject for the API server.
+			if (d.ref == nil || d.ref == "") && d.got == r.opts.Runtime.Namespace {
+				return ""
+			}
+			return "a subject's namespace may only be filled with the runtime's"
+		}
+		tmeta, pod := podPaths(o.GetKind())
+		for _, meta := range [][]string{{"metadata"}, tmeta} {
+			if rest, ok := hasPrefix(p, meta); ok && len(rest) == 2 && rest[0] == "labels" {
+				if want, ours := labels[rest[1]]; ours && d.ref == nil && d.got == want {
+					return ""
+				}
+				return "onprem only adds its own labels, and keeps the chart's"
+			}
+		}
+		rest, ok := hasPrefix(p, pod)
+		if !ok {
+			if o.GetKind() == "ConfigMap" && len(p) == 2 && p[0] == "data" {
+				return relocatedConfig(d, reg)
+			}
+			return "not one of onprem's additions"
+		}
+		switch {
+		case slices.Equal(rest, []string{"securityContext", "runAsNonRoot"}):
+			if d.got == true {
+				return ""
+			}
+		case slices.Equal(rest, []string{"securityContext", "seccompProfile", "type"}):
+			if d.got == "RuntimeDefault" {
+				return ""
+			}
+		case len(rest) == 4 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "securityContext" && rest[3] == "allowPrivilegeEscalation":
+			if d.got == false && d.ref == nil {
+				return ""
+			}
+		case len(rest) == 5 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "securityContext" && rest[3] == "capabilities" && rest[4] == "drop":
+			g, _ := d.got.([]any)
+			rl, _ := d.ref.([]any)
+			if slices.Contains(g, any("ALL")) && len(g) == len(rl)+1 && !slices.ContainsFunc(rl, func(x any) bool { return !slices.Contains(g, x) }) {
+				return ""
+			}
+		case len(rest) == 3 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "image",
+			len(rest) == 4 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "args":
+			if want, ok := relocated(d.ref); ok && d.got == want {
+				return ""
+			}
+			return "relocated wrongly (or without a private registry)"
+		}
+		return "not one of onprem's additions"
+	}
+}
+
+// relocateReference is an image reference moved to a private registry:
+// its repository relocated (images.Relocate), tag and digest as written.
+func relocateReference(ref, host, prefix string) (string, bool) {
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		return "", false
+	}
+	repo := r.Context().Name()
+	to, err := images.Relocate(repo, host, prefix)
+	if err != nil {
+		return "", false
+	}
+	rest := ref[strings.LastIndex(ref, "/")+1:]
+	if i := strings.IndexAny(rest, ":@"); i >= 0 {
+		return to + rest[i:], true
+	}
+	return to, true
+}
+
+// relocatedConfig judges a ConfigMap value that onprem changed: with a
+// private registry, the same document but for image references moved to
+// it (whole references, and the registry of split ones).
+func relocatedConfig(d difference, reg config.Registry) string {
+	if reg.Host == "" {
+		return "a ConfigMap changed without a private registry"
+	}
+	rs, _ := d.ref.(string)
+	gs, _ := d.got.(string)
+	var rv, gv any
+	if yaml.Unmarshal([]byte(rs), &rv) != nil || yaml.Unmarshal([]byte(gs), &gv) != nil {
+		rv, gv = rs, gs
+	}
+	var diffs []difference
+	differences(nil, rv, gv, &diffs)
+	root := strings.TrimSuffix(reg.Host, "/")
+	if p := strings.Trim(reg.PathPrefix, "/"); p != "" {
+		root += "/" + p
+	}
+	for _, dd := range diffs {
+		if want, ok := relocateReference(fmt.Sprint(dd.ref), reg.Host, reg.PathPrefix); ok && dd.got == want {
+			continue
+		}
+		if len(dd.path) > 0 && dd.path[len(dd.path)-1] == "registry" && dd.got == root {
+			continue
+		}
+		return fmt.Sprintf("ConfigMap value changed at %s (%s to %s): not a relocation", strings.Join(dd.path, "."), show(dd.ref), show(dd.got))
+	}
+	return ""
+}
