@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"helm.sh/helm/v4/pkg/action"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -192,7 +193,7 @@ func helmReference(t testing.TB, version, releaseName, namespace string, values 
 	t.Helper()
 	dir := os.Getenv("ONPREM_CACHE")
 	if dir == "" {
-		return helmRender(t, version, releaseName, namespace, values)
+		return helmRender(t, runtimetest.Upstream(t, version), releaseName, namespace, values)
 	}
 	h := sha256.New()
 	vals, err := json.Marshal(values)
@@ -213,7 +214,7 @@ func helmReference(t testing.TB, version, releaseName, namespace string, values 
 			return out
 		}
 	}
-	out := helmRender(t, version, releaseName, namespace, values)
+	out := helmRender(t, runtimetest.Upstream(t, version), releaseName, namespace, values)
 	objs := make([]map[string]any, len(out))
 	for i, o := range out {
 		objs[i] = o.Object
@@ -243,7 +244,9 @@ func helmSDKVersion() string {
 	return "unknown"
 }
 
-func helmRender(t testing.TB, version, releaseName, namespace string, values map[string]any) []*unstructured.Unstructured {
+// helmRender renders chart c with values with Helm's own install,
+// client-only (`helm template --include-crds`).
+func helmRender(t testing.TB, c *chartv2.Chart, releaseName, namespace string, values map[string]any) []*unstructured.Unstructured {
 	t.Helper()
 	in := action.NewInstall(action.NewConfiguration())
 	in.DryRunStrategy = action.DryRunClient
@@ -253,7 +256,7 @@ func helmRender(t testing.TB, version, releaseName, namespace string, values map
 	in.Replace = true
 	// Helm processes the chart's dependencies in place: a copy, so that
 	// the shared chart stays as loaded.
-	ri, err := in.Run(charts.Clone(runtimetest.Upstream(t, version)), sizingCopy(values))
+	ri, err := in.Run(charts.Clone(c), sizingCopy(values))
 	if err != nil {
 		t.Fatalf("helm install --dry-run=client: %v", err)
 	}
@@ -343,67 +346,120 @@ func kindCounts(objs []*unstructured.Unstructured) string {
 // published chart, every shipped release, every mode): the same kinds and
 // names, hooks and the crds/ folders' CustomResourceDefinitions included,
 // and the same content but for what onprem adds on purpose, each checked
-// for what it must be (onpremAdditions).
+// for what it must be (additions.judge).
 func TestRuntimeRendersLikeHelm(t *testing.T) {
 	forEachUpstream(t, func(t *testing.T, u upstreamRuntime, mode upstreamMode, r *upstreamRender) {
 		ref := helmReference(t, r.version, r.c.Name, r.opts.Runtime.Namespace, r.c.Values)
-		want := map[string]*unstructured.Unstructured{}
-		var dups []string
-		for _, o := range ref {
-			if _, dup := want[identity(o)]; dup {
-				dups = append(dups, identity(o))
-			}
-			// Helm applies both; the cluster keeps the last.
-			want[identity(o)] = o
-		}
-		got := map[string]*unstructured.Unstructured{}
-		for _, o := range r.c.Objects {
-			if _, dup := got[identity(o)]; dup {
-				t.Errorf("onprem renders %s twice", identity(o))
-			}
-			got[identity(o)] = o
-		}
-		t.Logf("%s, %s mode: Helm %d objects (%d rendered twice by the chart: %v), onprem %d: %s",
-			u, mode.name, len(want), len(dups), dups, len(got), kindCounts(r.c.Objects))
-		for _, id := range sortedKeys(want) {
-			if got[id] == nil {
-				t.Errorf("%s: rendered by Helm, missing from onprem's render", id)
-			}
-		}
-		for _, id := range sortedKeys(got) {
-			if want[id] == nil {
-				t.Errorf("%s: rendered by onprem, not by Helm", id)
-			}
-		}
-		crds := map[string]bool{}
-		for _, n := range r.c.ChartCRDs {
-			crds["apiextensions.k8s.io/CustomResourceDefinition/"+n] = true
-		}
-		if len(crds) == 0 {
+		n := compareWithHelm(t, r.c, ref, additions{in: r.in, namespace: r.opts.Runtime.Namespace, upstream: true})
+		t.Logf("%s, %s mode: %d objects (Helm's install the same), %d of them the crds/ folders': %s",
+			u, mode.name, n, len(r.c.ChartCRDs), kindCounts(r.c.Objects))
+		if len(r.c.ChartCRDs) == 0 {
 			t.Errorf("no CustomResourceDefinition of the chart's crds/ folders in onprem's render")
 		}
-		add := onpremAdditions(r)
-		for _, id := range sortedKeys(got) {
-			w, g := want[id], got[id]
-			if w == nil {
-				continue
-			}
-			if crds[id] {
-				// Helm installs these itself, as they are.
-				if !reflect.DeepEqual(w.Object, g.Object) {
-					t.Errorf("%s (crds/ folder): onprem's differs from the chart's file", id)
+	})
+}
+
+// The same for the charts onprem ships: every component of the platform
+// and a build runner, for every shipped release, with the platform's
+// ingress and self-signed CA (minimal) and with a private registry,
+// placement, a proxy, the legacy components and scheduled backups
+// (everything, without its overlays: an operator's overlay changes what
+// it likes).
+func TestChartsRenderLikeHelm(t *testing.T) {
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range set.All() {
+		for _, cfg := range []string{"minimal", "everything"} {
+			t.Run(rel.Version+"/"+cfg, func(t *testing.T) {
+				in, _ := load(t, cfg)
+				in.Spec.Version, in.Spec.Overlays = rel.Version, nil
+				res, err := Render(context.Background(), Options{Installation: in, Release: rel})
+				if err != nil {
+					t.Fatal(err)
 				}
-				continue
-			}
-			var diffs []difference
-			differences(nil, w.Object, g.Object, &diffs)
-			for _, d := range diffs {
-				if why := add(g, d); why != "" {
-					t.Errorf("%s: %s: Helm %s, onprem %s: %s", id, strings.Join(d.path, "."), show(d.ref), show(d.got), why)
+				add := additions{in: in, namespace: in.Spec.Namespace}
+				n := 0
+				for _, c := range res.Components {
+					if c.Chart == "" {
+						continue // the platform's own objects, from manifests/
+					}
+					ch, err := charts.Load(c.Chart)
+					if err != nil {
+						t.Fatal(err)
+					}
+					n += compareWithHelm(t, c, helmRender(t, ch, c.Name, in.Spec.Namespace, c.Values), add)
 				}
+				r, err := RenderRunner(context.Background(), RunnerOptions{Installation: in, Release: rel, Runner: config.Runner{Name: "gpu"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ch, err := charts.Load(r.Chart)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ns := config.RunnerNamespacePrefix + "gpu"
+				engine := RunnerEngineNamespace(ns)
+				radd := add
+				radd.namespace, radd.alsoNamespace = ns, engine
+				n += compareWithHelm(t, r, helmRender(t, ch, r.Name, ns, r.Values), radd)
+				t.Logf("release %s, %s: %d objects of %d charts, the same as Helm's install", rel.Version, cfg, n, len(res.Components))
+			})
+		}
+	}
+}
+
+// compareWithHelm requires c's objects to be ref's (Helm's render of the
+// same chart and values) but for onprem's additions, and returns how many
+// there are.
+func compareWithHelm(t *testing.T, c *Component, ref []*unstructured.Unstructured, add additions) int {
+	t.Helper()
+	want := map[string]*unstructured.Unstructured{}
+	for _, o := range ref {
+		// An object a chart renders twice: Helm applies both, the
+		// cluster keeps the last.
+		want[identity(o)] = o
+	}
+	got := map[string]*unstructured.Unstructured{}
+	for _, o := range c.Objects {
+		if _, dup := got[identity(o)]; dup {
+			t.Errorf("%s: onprem renders %s twice", c.Name, identity(o))
+		}
+		got[identity(o)] = o
+	}
+	for _, id := range sortedKeys(want) {
+		if got[id] == nil {
+			t.Errorf("%s: %s: rendered by Helm, missing from onprem's render", c.Name, id)
+		}
+	}
+	crds := map[string]bool{}
+	for _, n := range c.ChartCRDs {
+		crds["apiextensions.k8s.io/CustomResourceDefinition/"+n] = true
+	}
+	add.component = c.Name
+	for _, id := range sortedKeys(got) {
+		w, g := want[id], got[id]
+		if w == nil {
+			t.Errorf("%s: %s: rendered by onprem, not by Helm", c.Name, id)
+			continue
+		}
+		if crds[id] {
+			// Helm installs these itself, as they are.
+			if !reflect.DeepEqual(w.Object, g.Object) {
+				t.Errorf("%s: %s (crds/ folder): onprem's differs from the chart's file", c.Name, id)
+			}
+			continue
+		}
+		var diffs []difference
+		differences(nil, w.Object, g.Object, &diffs)
+		for _, d := range diffs {
+			if why := add.judge(g, d); why != "" {
+				t.Errorf("%s: %s: %s: Helm %s, onprem %s: %s", c.Name, id, strings.Join(d.path, "."), show(d.ref), show(d.got), why)
 			}
 		}
-	})
+	}
+	return len(got)
 }
 
 func show(v any) string {
@@ -477,25 +533,45 @@ func hasPrefix(path, prefix []string) ([]string, bool) {
 	return path[len(prefix):], true
 }
 
-// onpremAdditions returns the judge of one difference between Helm's
-// object and onprem's: "" when it is one of onprem's additions, as it
-// must be, else why it is not. What onprem adds on purpose:
+// additions judges one difference between Helm's object and onprem's:
+// "" when it is one of onprem's additions, as it must be, else why it is
+// not. What onprem adds on purpose:
 //
-//   - the namespace: every namespaced object in the runtime's namespace,
-//     and so a role binding's ServiceAccount subject without one;
+//   - the namespace: every namespaced object in the component's (a build
+//     runner's engine may stay in its own, alsoNamespace), and so a role
+//     binding's ServiceAccount subject without one;
 //   - labels: onprem.dev/installation (on objects and pod templates) and
-//     onprem.dev/component (on objects), never changing the chart's own;
+//     onprem.dev/component (on objects), and on the charts onprem writes
+//     app.kubernetes.io/part-of: onprem; an upstream chart's own labels
+//     are never changed;
 //   - the restricted Pod Security fields: runAsNonRoot and a
 //     RuntimeDefault seccomp profile on every pod, and on every container
 //     allowPrivilegeEscalation false and ALL among the capabilities it
 //     drops (the ones the chart drops kept);
+//   - on the charts onprem writes, the platform's hardening:
+//     enableServiceLinks false, and no API token in pods not labelled
+//     onprem.dev/kube-api;
+//   - spec.placement's node selector and tolerations, and spec.proxy's
+//     environment appended to every container's;
 //   - with a private registry, relocation: every container image, every
 //     image the chart names in a container's arguments or in a
 //     ConfigMap's data, moved to the registry (images.Relocate), tag and
 //     digest kept.
-func onpremAdditions(r *upstreamRender) func(o *unstructured.Unstructured, d difference) string {
-	labels := map[string]string{"onprem.dev/installation": r.in.Metadata.Name, ComponentLabel: r.c.Name}
-	reg := r.in.Spec.Registry
+type additions struct {
+	in                       *config.Installation
+	namespace, alsoNamespace string
+	component                string
+	upstream                 bool
+}
+
+func (a additions) judge(o *unstructured.Unstructured, d difference) string {
+	labels := map[string]string{"onprem.dev/installation": a.in.Metadata.Name, ComponentLabel: a.component}
+	templateLabels := map[string]string{"onprem.dev/installation": a.in.Metadata.Name}
+	if !a.upstream {
+		labels["app.kubernetes.io/part-of"] = "onprem"
+		templateLabels["app.kubernetes.io/part-of"] = "onprem"
+	}
+	reg := a.in.Spec.Registry
 	relocated := func(ref any) (string, bool) {
 		s, ok := ref.(string)
 		if !ok || reg.Host == "" {
@@ -503,67 +579,134 @@ func onpremAdditions(r *upstreamRender) func(o *unstructured.Unstructured, d dif
 		}
 		return relocateReference(s, reg.Host, reg.PathPrefix)
 	}
-	return func(o *unstructured.Unstructured, d difference) string {
-		p := d.path
-		if slices.Equal(p, []string{"metadata", "namespace"}) {
-			if d.got == r.opts.Runtime.Namespace && d.ref == nil {
-				return ""
-			}
-			return "the namespace is the runtime's, " + r.opts.Runtime.Namespace
+	inNamespace := func(v any) bool { return v == a.namespace || (a.alsoNamespace != "" && v == a.alsoNamespace) }
+	p := d.path
+	if slices.Equal(p, []string{"metadata", "namespace"}) {
+		if inNamespace(d.got) && (d.ref == nil || d.ref == d.got) {
+			return ""
 		}
-		if (o.GetKind() == "RoleBinding" || o.GetKind() == "ClusterRoleBinding") && len(p) == 3 && p[0] == "subjects" && p[2] == "namespace" {
-			// kustomize's namespace transformer fills a ServiceAccount
-			// subject's missing namespace: the binding's, the same
-			// subject for the API server.
-			if (d.ref == nil || d.ref == "") && d.got == r.opts.Runtime.Namespace {
-				return ""
-			}
-			return "a subject's namespace may only be filled with the runtime's"
+		return "the namespace is the component's, " + a.namespace
+	}
+	if (o.GetKind() == "RoleBinding" || o.GetKind() == "ClusterRoleBinding") && len(p) == 3 && p[0] == "subjects" && p[2] == "namespace" {
+		// kustomize's namespace transformer fills a ServiceAccount
+		// subject's missing namespace: the binding's, the same subject
+		// for the API server.
+		if (d.ref == nil || d.ref == "") && inNamespace(d.got) {
+			return ""
 		}
-		tmeta, pod := podPaths(o.GetKind())
-		for _, meta := range [][]string{{"metadata"}, tmeta} {
-			if rest, ok := hasPrefix(p, meta); ok && len(rest) == 2 && rest[0] == "labels" {
-				if want, ours := labels[rest[1]]; ours && d.ref == nil && d.got == want {
-					return ""
-				}
-				return "onprem only adds its own labels, and keeps the chart's"
+		return "a subject's namespace may only be filled with the component's"
+	}
+	tmeta, pod := podPaths(o.GetKind())
+	metas := []struct {
+		path   []string
+		labels map[string]string
+	}{{[]string{"metadata"}, labels}, {tmeta, templateLabels}}
+	if o.GetKind() == "CronJob" {
+		metas = append(metas, struct {
+			path   []string
+			labels map[string]string
+		}{[]string{"spec", "jobTemplate", "metadata"}, templateLabels})
+	}
+	for _, m := range metas {
+		if rest, ok := hasPrefix(p, m.path); ok && len(rest) == 2 && rest[0] == "labels" {
+			want, ours := m.labels[rest[1]]
+			if ours && d.got == want && (d.ref == nil || !a.upstream) {
+				return ""
 			}
+			return "onprem only adds its own labels, and keeps an upstream chart's"
 		}
-		rest, ok := hasPrefix(p, pod)
-		if !ok {
-			if o.GetKind() == "ConfigMap" && len(p) == 2 && p[0] == "data" {
-				return relocatedConfig(d, reg)
-			}
-			return "not one of onprem's additions"
-		}
-		switch {
-		case slices.Equal(rest, []string{"securityContext", "runAsNonRoot"}):
-			if d.got == true {
-				return ""
-			}
-		case slices.Equal(rest, []string{"securityContext", "seccompProfile", "type"}):
-			if d.got == "RuntimeDefault" {
-				return ""
-			}
-		case len(rest) == 4 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "securityContext" && rest[3] == "allowPrivilegeEscalation":
-			if d.got == false && d.ref == nil {
-				return ""
-			}
-		case len(rest) == 5 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "securityContext" && rest[3] == "capabilities" && rest[4] == "drop":
-			g, _ := d.got.([]any)
-			rl, _ := d.ref.([]any)
-			if slices.Contains(g, any("ALL")) && len(g) == len(rl)+1 && !slices.ContainsFunc(rl, func(x any) bool { return !slices.Contains(g, x) }) {
-				return ""
-			}
-		case len(rest) == 3 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "image",
-			len(rest) == 4 && (rest[0] == "containers" || rest[0] == "initContainers") && rest[2] == "args":
-			if want, ok := relocated(d.ref); ok && d.got == want {
-				return ""
-			}
-			return "relocated wrongly (or without a private registry)"
+	}
+	rest, ok := hasPrefix(p, pod)
+	if !ok {
+		if o.GetKind() == "ConfigMap" && len(p) == 2 && p[0] == "data" {
+			return relocatedConfig(d, reg)
 		}
 		return "not one of onprem's additions"
 	}
+	container := len(rest) >= 3 && (rest[0] == "containers" || rest[0] == "initContainers")
+	switch {
+	case slices.Equal(rest, []string{"securityContext", "runAsNonRoot"}):
+		if d.got == true {
+			return ""
+		}
+	case slices.Equal(rest, []string{"securityContext", "seccompProfile", "type"}):
+		if d.got == "RuntimeDefault" {
+			return ""
+		}
+	case !a.upstream && slices.Equal(rest, []string{"enableServiceLinks"}):
+		if d.got == false {
+			return ""
+		}
+	case !a.upstream && slices.Equal(rest, []string{"automountServiceAccountToken"}):
+		if l, _ := o.GetLabels()["onprem.dev/kube-api"]; d.got == false && l != "true" {
+			return ""
+		}
+	case len(rest) == 2 && rest[0] == "nodeSelector":
+		if want, ok := a.in.Spec.Placement.NodeSelector[rest[1]]; ok && d.ref == nil && d.got == want {
+			return ""
+		}
+	case slices.Equal(rest, []string{"tolerations"}):
+		if d.ref == nil && jsonEqual(d.got, a.in.Spec.Placement.Tolerations) {
+			return ""
+		}
+	case container && len(rest) == 4 && rest[2] == "securityContext" && rest[3] == "allowPrivilegeEscalation":
+		if d.got == false && d.ref == nil {
+			return ""
+		}
+	case container && len(rest) == 5 && rest[2] == "securityContext" && rest[3] == "capabilities" && rest[4] == "drop":
+		g, _ := d.got.([]any)
+		rl, _ := d.ref.([]any)
+		if slices.Contains(g, any("ALL")) && len(g) == len(rl)+1 && !slices.ContainsFunc(rl, func(x any) bool { return !slices.Contains(g, x) }) {
+			return ""
+		}
+	case container && len(rest) == 3 && rest[2] == "env":
+		// The proxy's variables, beside the chart's own.
+		rl, _ := d.ref.([]any)
+		g, _ := d.got.([]any)
+		var own, proxy []any
+		for _, e := range g {
+			if onlyProxyVariables([]any{e}) {
+				proxy = append(proxy, e)
+			} else {
+				own = append(own, e)
+			}
+		}
+		if len(proxy) > 0 && jsonEqual(own, rl) && a.in.Spec.Proxy.HTTPProxy+a.in.Spec.Proxy.HTTPSProxy != "" {
+			return ""
+		}
+	case container && len(rest) == 3 && rest[2] == "image",
+		container && len(rest) == 4 && rest[2] == "args":
+		if want, ok := relocated(d.ref); ok && d.got == want {
+			return ""
+		}
+		return "relocated wrongly (or without a private registry)"
+	}
+	return "not one of onprem's additions"
+}
+
+// onlyProxyVariables reports env entries that are spec.proxy's variables.
+func onlyProxyVariables(env []any) bool {
+	for _, e := range env {
+		m, _ := e.(map[string]any)
+		switch strings.ToUpper(fmt.Sprint(m["name"])) {
+		case "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY":
+		default:
+			return false
+		}
+	}
+	return len(env) > 0
+}
+
+func jsonEqual(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	var xv, yv any
+	_ = json.Unmarshal(x, &xv)
+	_ = json.Unmarshal(y, &yv)
+	return reflect.DeepEqual(xv, yv)
 }
 
 // relocateReference is an image reference moved to a private registry:
