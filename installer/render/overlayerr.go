@@ -12,6 +12,8 @@ import (
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"onprem.dev/onprem/charts"
 )
 
 // OverlayError is a patch of an operator's overlay (spec.overlays) that
@@ -49,11 +51,15 @@ func (e *OverlayError) Error() string {
 func (e *OverlayError) Unwrap() error { return e.Err }
 
 // IsInputError says whether a Render error is the operator's to fix in
-// what they gave (--set, an overlay): a command exits 2 for it.
+// what they gave (--set, an overlay, a chart package, a value a chart
+// requires): a command exits 2 for it.
 func IsInputError(err error) bool {
 	var se *SetError
 	var oe *OverlayError
-	return errors.As(err, &se) || errors.As(err, &oe)
+	var ce *CheckError
+	var re *RuntimeInputError
+	var me *charts.MissingDependencyError
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ce) || errors.As(err, &re) || errors.As(err, &me)
 }
 
 // overlayPatch is one patch of an operator's overlay.

@@ -152,11 +152,25 @@ func Prepare(ctx context.Context, t Target, installation *config.Installation, r
 		return nil, fmt.Errorf("runtime %s: no cluster", rt.Name)
 	}
 	ro := render.RuntimeOptions{Installation: installation, Release: rel, Runtime: rt, Chart: chart, Manifests: manifests}
-	c, err := render.RenderRuntime(ctx, ro)
+	c, err := renderChecked(ctx, ro)
 	if err != nil {
 		return nil, err
 	}
 	return &Prepared{Target: t, Component: c, Release: rel, options: ro}, nil
+}
+
+// renderChecked renders the runtime and refuses what the cluster would
+// refuse (a pod its namespace's restricted Pod Security Standard does not
+// admit) or what comes from elsewhere than a private registry.
+func renderChecked(ctx context.Context, ro render.RuntimeOptions) (*render.Component, error) {
+	c, err := render.RenderRuntime(ctx, ro)
+	if err != nil {
+		return nil, err
+	}
+	if err := render.Verify(&render.Result{Components: []*render.Component{c}}, render.CheckOptionsFor(ro.Installation)); err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", ro.Runtime.Name, err)
+	}
+	return c, nil
 }
 
 // rerender renders the runtime again for what Install found: whether it
@@ -165,12 +179,13 @@ func (pr *Prepared) rerender(ctx context.Context, configRuntime, platformCA bool
 	if pr.options.ConfigurationRuntime == configRuntime && pr.options.PlatformCA == platformCA {
 		return nil
 	}
-	pr.options.ConfigurationRuntime, pr.options.PlatformCA = configRuntime, platformCA
-	c, err := render.RenderRuntime(ctx, pr.options)
+	o := pr.options
+	o.ConfigurationRuntime, o.PlatformCA = configRuntime, platformCA
+	c, err := renderChecked(ctx, o)
 	if err != nil {
 		return err
 	}
-	pr.Component = c
+	pr.options, pr.Component = o, c
 	return nil
 }
 
@@ -272,6 +287,16 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 	ca, err := PlatformCA(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
+	}
+	// Rendered for the platform's CA now, before anything changes: a
+	// chart that cannot take it is refused here. Only the designation,
+	// which the configuration repository settles below, may render it
+	// once more.
+	if err := pr.rerender(ctx, pr.options.ConfigurationRuntime, len(ca) > 0); err != nil {
+		return nil, err
+	}
+	if _, err := render.RuntimeContractValues(pr.options.Installation, rt, pr.Release.Runtime, !pr.options.ConfigurationRuntime, len(ca) > 0); err != nil {
+		return nil, fmt.Errorf("runtime %s: release %s: %w", rt.Name, pr.Release.Version, err)
 	}
 	rem := remote(repo, token, o)
 	if err := configrepo.Check(ctx, rem); err != nil {

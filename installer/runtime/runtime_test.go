@@ -1,11 +1,20 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	"helm.sh/helm/v4/pkg/chart/common"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+
+	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -88,5 +97,58 @@ func TestRedactURL(t *testing.T) {
 	}
 	if got := redactURL("https://git.example.com/a.git"); got != "https://git.example.com/a.git" {
 		t.Errorf("plain: %s", got)
+	}
+}
+
+// A runtime whose chart renders a pod that its namespace's restricted Pod
+// Security Standard would not admit is refused while it is prepared,
+// before anything is touched, naming the object, the field and the fix;
+// a chart package that lacks a subchart it declares is refused there too.
+func TestPrepareRefusesWhatPodSecurityRefuses(t *testing.T) {
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := set.Get("2.8.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &config.Installation{}
+	in.Metadata.Name = "onprem"
+	in.Spec.Version, in.Spec.Domain, in.Spec.Namespace = rel.Version, "ci.example.com", "onprem"
+	in.Spec.RuntimeConfig.AccountID = "64f0c1d2e3a4b5c6d7e8f901"
+	in.Spec.Ingress.ClassName = "onprem"
+	target := Target{Runtime: config.Runtime{Name: "edge"}, Cluster: &kube.Cluster{}}
+
+	chart := runtimetest.Chart(t, rel.Runtime.ChartVersion)
+	chart.Templates = append(chart.Templates, &common.File{Name: "templates/debug.yaml", Data: []byte(`apiVersion: batch/v1
+kind: Job
+metadata:
+  name: debug
+  annotations: {helm.sh/hook: pre-install}
+spec:
+  template:
+    spec:
+      hostPID: true
+      restartPolicy: Never
+      containers: [{name: debug, image: quay.io/codefresh/debug:1}]
+`)})
+	_, err = Prepare(context.Background(), target, in, rel, chart, nil)
+	var ce *render.CheckError
+	if !errors.As(err, &ce) || !render.IsInputError(err) {
+		t.Fatalf("err = %T %v", err, err)
+	}
+	for _, want := range []string{"runtime edge", "Job/debug", "spec.template.spec.hostNetwork, hostPID, hostIPC", "fix: leave out"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q: %v", want, err)
+		}
+	}
+
+	chart = runtimetest.Chart(t, rel.Runtime.ChartVersion)
+	chart.Metadata.Dependencies = append(chart.Metadata.Dependencies, &chartv2.Dependency{Name: "argo-cd", Version: "9.0.2", Condition: "argo-cd.enabled"})
+	_, err = Prepare(context.Background(), target, in, rel, chart, nil)
+	var me *charts.MissingDependencyError
+	if !errors.As(err, &me) || !render.IsInputError(err) || !strings.Contains(err.Error(), "argo-cd 9.0.2") {
+		t.Fatalf("missing subchart: err = %T %v", err, err)
 	}
 }
