@@ -88,8 +88,28 @@ type RemoteChart struct {
 	// registry, repository and tag paths the way the chart's subcharts
 	// expect.
 	Images []ChartImage `json:"images"`
+	// PullSecrets are the chart's values paths that take image pull
+	// Secrets, each in its format: with spec.registry.pullSecret, onprem
+	// writes that Secret's name at every one (the pods of templates that
+	// read none get it from the post-render).
+	PullSecrets []ValuesList `json:"pullSecrets,omitempty"`
 	// Values is the release's layer of the chart's values.
 	Values map[string]any `json:"values,omitempty"`
+}
+
+// Formats of a ValuesList.
+const (
+	// ListOfReferences: [{name: NAME}], as a pod's imagePullSecrets.
+	ListOfReferences = "references"
+	// ListOfNames: [NAME].
+	ListOfNames = "names"
+)
+
+// ValuesList is a values path that takes a list of names, and the list's
+// format (ListOfReferences or ListOfNames).
+type ValuesList struct {
+	Path   string `json:"path"`
+	Format string `json:"format"`
 }
 
 // ChartImage is where a chart reads one release image. Either Reference

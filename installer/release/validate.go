@@ -214,6 +214,19 @@ func (r *Release) Validate() error {
 				bad("runtime.contract.%s: required (the chart's values path of the %s)", k, k)
 			}
 		}
+		for i, ps := range rc.PullSecrets {
+			p := fmt.Sprintf("runtime.pullSecrets[%d]", i)
+			if why := checkValuesPath(ps.Path); why != "" {
+				bad("%s.path: %s", p, why)
+			}
+			if ps.Format != ListOfReferences && ps.Format != ListOfNames {
+				bad("%s.format: %q is not %s ([{name: NAME}]) or %s ([NAME])", p, ps.Format, ListOfReferences, ListOfNames)
+			}
+			if other, dup := written[ps.Path]; dup {
+				bad("%s: values path %s is also written by %s", p, ps.Path, other)
+			}
+			written[ps.Path] = p
+		}
 	}
 
 	migs := map[string]bool{}

@@ -153,6 +153,12 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 		files["/builtin/containers/kustomization.yaml"] = c
 		components = append(components, "../builtin/containers")
 	}
+	if ps, err := p.pullSecrets(charted); err != nil {
+		return nil, err
+	} else if ps != nil {
+		files["/builtin/pull-secret/kustomization.yaml"] = ps
+		components = append(components, "../builtin/pull-secret")
+	}
 	if pl := p.placement(); pl != nil {
 		files["/builtin/placement/kustomization.yaml"] = pl
 		components = append(components, "../builtin/placement")
@@ -306,6 +312,55 @@ func (p *postRender) placement() map[string]any {
 		"kind":       "Component",
 		"patches":    patches,
 	}
+}
+
+// pullSecrets gives an upstream chart's pods and ServiceAccounts the
+// registry's pull Secret (spec.registry.pullSecret), which onprem copies
+// into the chart's namespace: the chart's own values paths reach the pods
+// whose templates read one (release.RemoteChart.PullSecrets); hook Jobs
+// and components without such a path get it here, and so do the
+// ServiceAccounts, for the pods that the runtime's controllers create
+// later (workflows, event buses). Nil for the charts onprem writes, which
+// take it from their values, and without a pull Secret.
+func (p *postRender) pullSecrets(objs []*unstructured.Unstructured) (map[string]any, error) {
+	name := p.in.Spec.Registry.PullSecret
+	if !p.upstream || name == "" {
+		return nil, nil
+	}
+	ref := map[string]any{"name": name}
+	var patches []any
+	for _, w := range workloadKinds {
+		// imagePullSecrets merges by name: the chart's entries stay.
+		patch := nested(w.template, map[string]any{"spec": map[string]any{"imagePullSecrets": []any{ref}}})
+		patch["apiVersion"], patch["kind"], patch["metadata"] = w.apiVersion, w.kind, map[string]any{"name": "pull-secret"}
+		b, err := yaml.Marshal(patch)
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{"target": map[string]any{"kind": w.kind}, "patch": string(b)})
+	}
+	for _, u := range objs {
+		if u.GetKind() != "ServiceAccount" || u.GetAPIVersion() != "v1" {
+			continue
+		}
+		// A ServiceAccount's list is replaced whole by a patch: the
+		// chart's entries are written again.
+		have, _, _ := unstructured.NestedSlice(u.Object, "imagePullSecrets")
+		if slices.ContainsFunc(have, func(e any) bool { m, _ := e.(map[string]any); return m["name"] == name }) {
+			continue
+		}
+		b, err := yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": u.GetName()},
+			"imagePullSecrets": append(slices.Clone(have), ref)})
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{"target": map[string]any{"kind": "ServiceAccount", "name": u.GetName()}, "patch": string(b)})
+	}
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"patches":    patches,
+	}, nil
 }
 
 // noProxy is NO_PROXY for pods of namespace ns: loopback, the cluster's

@@ -185,6 +185,17 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 			return nil, fmt.Errorf("runtime %s: release %s: runtime.contract: %w", rt.Name, rel.Version, err)
 		}
 	}
+	if ps := in.Spec.Registry.PullSecret; ps != "" {
+		for _, l := range a.PullSecrets {
+			v := []any{map[string]any{"name": ps}}
+			if l.Format == release.ListOfNames {
+				v = []any{ps}
+			}
+			if err := setPath(values, l.Path, v); err != nil {
+				return nil, fmt.Errorf("runtime %s: release %s: runtime.pullSecrets: %w", rt.Name, rel.Version, err)
+			}
+		}
+	}
 	repos := map[string]bool{}
 	imageValues, err := runtimeImageValues(in, rel, repos)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	corev1 "k8s.io/api/core/v1"
 	"helm.sh/helm/v4/pkg/action"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
@@ -553,6 +554,8 @@ func hasPrefix(path, prefix []string) ([]string, bool) {
 //     onprem.dev/kube-api;
 //   - spec.placement's node selector and tolerations, and spec.proxy's
 //     environment appended to every container's;
+//   - on an upstream chart's pods and ServiceAccounts,
+//     spec.registry.pullSecret, beside the chart's own pull Secrets;
 //   - with a private registry, relocation: every container image, every
 //     image the chart names in a container's arguments or in a
 //     ConfigMap's data, moved to the registry (images.Relocate), tag and
@@ -616,12 +619,30 @@ func (a additions) judge(o *unstructured.Unstructured, d difference) string {
 			return "onprem only adds its own labels, and keeps an upstream chart's"
 		}
 	}
+	withPullSecret := func() string {
+		// The pull Secret beside what the chart gives.
+		rl, _ := d.ref.([]any)
+		g, _ := d.got.([]any)
+		want := append(slices.Clone(rl), map[string]any{"name": reg.PullSecret})
+		if a.upstream && reg.PullSecret != "" && len(g) == len(want) && !slices.ContainsFunc(want, func(x any) bool {
+			return !slices.ContainsFunc(g, func(y any) bool { return jsonEqual(x, y) })
+		}) {
+			return ""
+		}
+		return "only spec.registry.pullSecret may be added, beside the chart's"
+	}
+	if o.GetKind() == "ServiceAccount" && slices.Equal(p, []string{"imagePullSecrets"}) {
+		return withPullSecret()
+	}
 	rest, ok := hasPrefix(p, pod)
 	if !ok {
 		if o.GetKind() == "ConfigMap" && len(p) == 2 && p[0] == "data" {
 			return relocatedConfig(d, reg)
 		}
 		return "not one of onprem's additions"
+	}
+	if slices.Equal(rest, []string{"imagePullSecrets"}) {
+		return withPullSecret()
 	}
 	container := len(rest) >= 3 && (rest[0] == "containers" || rest[0] == "initContainers")
 	switch {
@@ -793,4 +814,57 @@ func TestRuntimePodsAreRestricted(t *testing.T) {
 		}
 		t.Logf("%s, %s mode: %d pods (%d hooks, %d init containers) restricted; Helm's render alone breaks the standard %d times", u, mode.name, pods, hooks, inits, before)
 	})
+}
+
+// With spec.registry.pullSecret, every pod of the real chart (hook Jobs
+// included) and every ServiceAccount it creates (for the pods its
+// controllers make later) use the pull Secret, the chart's own values
+// paths giving it where the chart reads one: the values hold it at each
+// path of the release's runtime.pullSecrets, in that path's format.
+func TestRuntimeUsesThePullSecret(t *testing.T) {
+	forEachUpstream(t, func(t *testing.T, u upstreamRuntime, mode upstreamMode, r *upstreamRender) {
+		name := r.in.Spec.Registry.PullSecret
+		if name == "" {
+			return
+		}
+		for _, l := range u.release.Runtime.PullSecrets {
+			want := any([]any{map[string]any{"name": name}})
+			if l.Format == release.ListOfNames {
+				want = []any{name}
+			}
+			if got := valueAt(r.c.Values, l.Path); !jsonEqual(got, want) {
+				t.Errorf("values %s = %v, want %v", l.Path, got, want)
+			}
+		}
+		pods, sas := 0, 0
+		for _, o := range r.c.Objects {
+			var secrets []corev1.LocalObjectReference
+			if o.GetKind() == "ServiceAccount" {
+				secrets = typed[corev1.ServiceAccount](t, o).ImagePullSecrets
+				sas++
+			} else if pod, ok := podSpecOf(o); ok {
+				secrets = pod.ImagePullSecrets
+				pods++
+			} else {
+				continue
+			}
+			if !slices.Contains(secrets, corev1.LocalObjectReference{Name: name}) {
+				t.Errorf("%s/%s does not use the pull Secret %s: %v", o.GetKind(), o.GetName(), name, secrets)
+			}
+		}
+		t.Logf("%s: %d pods and %d ServiceAccounts use %s", u, pods, sas, name)
+	})
+}
+
+// valueAt reads a dot-separated values path.
+func valueAt(values map[string]any, path string) any {
+	var cur any = values
+	for _, k := range strings.Split(path, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[k]
+	}
+	return cur
 }

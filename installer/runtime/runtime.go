@@ -254,9 +254,11 @@ func remote(repo config.GitRepository, token []byte, o Options) configrepo.Remot
 
 // Install installs a prepared runtime, or converges it when it is already
 // installed at the same place: checks (name, one runtime per cluster, no
-// foreign Argo CD), the Git token checked against the configuration
-// repository (a refused token leaves nothing behind), the namespace, the
-// Git credentials, the configuration repository's layout and designation,
+// foreign Argo CD, the registry's pull Secret in the platform's
+// namespace), the Git token checked against the configuration repository
+// (a refused token leaves nothing behind), the namespace, the Git
+// credentials, the pull Secret's copy, the configuration repository's
+// layout and designation,
 // the Helm release (waited for until ready) and the record. On a failed
 // apply the result and the record say why, and the error is an
 // *apply.FailedError; what was applied stays for a re-run.
@@ -298,6 +300,10 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 	if _, err := render.RuntimeContractValues(pr.options.Installation, rt, pr.Release.Runtime, !pr.options.ConfigurationRuntime, len(ca) > 0); err != nil {
 		return nil, fmt.Errorf("runtime %s: release %s: %w", rt.Name, pr.Release.Version, err)
 	}
+	pull, err := pullSecret(ctx, p, rt.Name)
+	if err != nil {
+		return nil, err
+	}
 	rem := remote(repo, token, o)
 	if err := configrepo.Check(ctx, rem); err != nil {
 		return nil, fmt.Errorf("runtime %s: configuration repository: %w", rt.Name, err)
@@ -317,6 +323,9 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		return nil, err
 	}
 	if err := applyPlatformCA(ctx, cl, rt.Namespace, rt.Name, ca); err != nil {
+		return nil, err
+	}
+	if err := applyPullSecret(ctx, cl, rt.Namespace, rt.Name, pull); err != nil {
 		return nil, err
 	}
 

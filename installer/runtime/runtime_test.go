@@ -8,6 +8,9 @@ import (
 
 	"helm.sh/helm/v4/pkg/chart/common"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
@@ -150,5 +153,47 @@ spec:
 	var me *charts.MissingDependencyError
 	if !errors.As(err, &me) || !render.IsInputError(err) || !strings.Contains(err.Error(), "argo-cd 9.0.2") {
 		t.Fatalf("missing subchart: err = %T %v", err, err)
+	}
+}
+
+// The registry's pull Secret: read from the platform's namespace (a
+// missing one is the operator's to create, exit 2, named with the command
+// that creates it), copied into the runtime's namespace with its type and
+// data, marked as the runtime's (removed with it); nothing without
+// spec.registry.pullSecret.
+func TestPullSecretCopiedToTheRuntime(t *testing.T) {
+	ctx := context.Background()
+	platform := &kube.Cluster{Client: fake.NewClientset()}
+	p := platformWith(nil, nil, config.RuntimeConfig{})
+	p.Cluster, p.Namespace = platform, "onprem"
+	if s, err := pullSecret(ctx, p, "edge"); s != nil || err != nil {
+		t.Fatalf("no pull Secret configured: %v %v", s, err)
+	}
+	p.Installation.Spec.Registry = config.Registry{Host: "registry.airgap.internal:5000", PullSecret: "airgap-pull"}
+	_, err := pullSecret(ctx, p, "edge")
+	var ie *InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "kubectl -n onprem create secret docker-registry airgap-pull") {
+		t.Fatalf("missing pull Secret: %v", err)
+	}
+	data := map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}
+	if _, err := platform.Client.CoreV1().Secrets("onprem").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "airgap-pull", Namespace: "onprem"}, Type: corev1.SecretTypeDockerConfigJson, Data: data,
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := pullSecret(ctx, p, "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &kube.Cluster{Client: fake.NewClientset()}
+	if err := applyPullSecret(ctx, rt, "edge", "edge", src); err != nil {
+		t.Fatal(err)
+	}
+	got, err := rt.Client.CoreV1().Secrets("edge").Get(ctx, "airgap-pull", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Type != corev1.SecretTypeDockerConfigJson || string(got.Data[corev1.DockerConfigJsonKey]) != `{"auths":{}}` || got.Labels[LabelRuntime] != "edge" {
+		t.Errorf("the copy: type %s, labels %v", got.Type, got.Labels)
 	}
 }
