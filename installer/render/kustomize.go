@@ -24,18 +24,16 @@ import (
 var kustomizationFiles = []string{"kustomization.yaml", "kustomization.yml", "Kustomization"}
 
 // postRender runs the kustomize stage over the whole platform in memory:
-// the platform's own bases from manifests/ plus every chart's objects, then
-// the built-in overlays in order (namespace and common labels, image
-// relocation, hardening, placement, proxy environment), then the
-// operator's overlay folders. No kustomize binary is involved.
+// the platform's own bases from manifests/ plus every chart's objects
+// (their images relocated to spec.registry first), then the built-in
+// overlays in order (namespace and common labels, the restricted Pod
+// Security fields, hardening, pull Secret, placement, proxy environment),
+// then the operator's overlay folders. No kustomize binary is involved.
 type postRender struct {
 	in        *config.Installation
 	manifests fs.FS
 	// components of manifests/components/ that the configuration selects.
 	baseComponents []string
-	// repositories are the image repositories the charts use (relocated
-	// when a private registry is configured).
-	repositories []string
 	// namespace, when set, replaces spec.namespace as the namespace of
 	// every object. runner leaves out the platform's own bases and the
 	// operator's overlays (which patch the platform's objects by name): a
@@ -54,6 +52,13 @@ type postRender struct {
 
 func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
 	dropNulls(charted)
+	// With a private registry, every image the charts render moves there:
+	// the containers', and the ones they write into configuration.
+	if reg := p.in.Spec.Registry; reg.Host != "" {
+		if err := images.RelocateObjects(charted, reg.Host, reg.PathPrefix); err != nil {
+			return nil, fmt.Errorf("post-render: relocating images to spec.registry: %w", err)
+		}
+	}
 	mem, err := p.tree(charted)
 	if err != nil {
 		return nil, err
@@ -137,12 +142,6 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 	}
 	components := []string{"../builtin/common"}
 	files["/builtin/common/kustomization.yaml"] = p.common()
-	if img, err := p.relocation(); err != nil {
-		return nil, err
-	} else if img != nil {
-		files["/builtin/images/kustomization.yaml"] = img
-		components = append(components, "../builtin/images")
-	}
 	components = append(components, "../manifests/components/restricted")
 	if !p.upstream {
 		components = append(components, "../manifests/components/hardening")
@@ -235,28 +234,6 @@ func (p *postRender) common() map[string]any {
 			"includeTemplates": true,
 		}},
 	}
-}
-
-// relocation rewrites every image to the private registry, keeping tags and
-// digests. Nil when no registry is configured.
-func (p *postRender) relocation() (map[string]any, error) {
-	reg := p.in.Spec.Registry
-	if reg.Host == "" {
-		return nil, nil
-	}
-	var entries []any
-	for _, repo := range p.repositories {
-		to, err := images.Relocate(repo, reg.Host, reg.PathPrefix)
-		if err != nil {
-			return nil, fmt.Errorf("spec.registry: %w", err)
-		}
-		entries = append(entries, map[string]any{"name": repo, "newName": to})
-	}
-	return map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
-		"kind":       "Component",
-		"images":     entries,
-	}, nil
 }
 
 // workloadKinds are the kinds whose pod template the placement and proxy

@@ -18,7 +18,6 @@ import (
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/credentials"
-	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/sizing"
 	"onprem.dev/onprem/manifests"
@@ -184,7 +183,6 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 	st.planned = planned
 
 	loaded := map[string]*chartv2.Chart{}
-	repos := map[string]bool{}
 	for _, p := range planned {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -218,21 +216,14 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		}
 		st.objects = append(st.objects, objs...)
 		st.crds[p.Name] = crds
-		for _, imgName := range p.Images {
-			img, _ := rel.Image(imgName)
-			repos[images.Repository(img, in.Spec.Images.Platform)] = true
-		}
 	}
 	if opts.Tasks {
-		builds, taskRepos, err := st.buildTasks()
+		builds, err := st.buildTasks()
 		if err != nil {
 			return nil, err
 		}
 		for _, b := range builds {
 			st.objects = append(st.objects, b.obj)
-		}
-		for _, r := range taskRepos {
-			repos[r] = true
 		}
 		st.tasks = builds
 	}
@@ -240,7 +231,6 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		in:             in,
 		manifests:      opts.Manifests,
 		baseComponents: baseComponents(in, planned),
-		repositories:   sortedKeys(repos),
 	}
 	return st, nil
 }

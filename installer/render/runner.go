@@ -139,14 +139,13 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 			r.Name, rel.Version, a.Chart, a.ChartVersion, a.Chart, ch.Metadata.Version, rel.Version)
 	}
 
-	refs, repos := map[string]any{}, map[string]bool{}
+	refs := map[string]any{}
 	for key, imgName := range a.Images {
 		img, ok := rel.Image(imgName)
 		if !ok {
 			return nil, fmt.Errorf("runner %s: image %q is not in release %s", r.Name, imgName, rel.Version)
 		}
 		refs[key] = images.Reference(img, in.Spec.Images.Platform)
-		repos[images.Repository(img, in.Spec.Images.Platform)] = true
 	}
 	engine := map[string]any{"namespace": engineNS}
 	if reg := in.Spec.Registry; reg.Host != "" {
@@ -192,7 +191,7 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 		obj.SetNamespace("")
 		objs = append(objs, obj)
 	}
-	post := &postRender{in: in, manifests: o.Manifests, repositories: sortedKeys(repos), namespace: r.Namespace, runner: true}
+	post := &postRender{in: in, manifests: o.Manifests, namespace: r.Namespace, runner: true}
 	out, err := post.run(objs)
 	if err != nil {
 		return nil, fmt.Errorf("runner %s: %w", r.Name, err)

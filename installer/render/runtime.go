@@ -10,15 +10,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
-
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
-	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/sizing"
 	"onprem.dev/onprem/manifests"
@@ -174,11 +171,15 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 	if got := o.Chart.Metadata; got.Name != a.Chart || got.Version != a.ChartVersion {
 		return nil, fmt.Errorf("runtime %s: release %s needs chart %s %s, but was given %s %s", rt.Name, rel.Version, a.Chart, a.ChartVersion, got.Name, got.Version)
 	}
+	if len(a.Contract) == 0 {
+		return nil, &RuntimeInputError{fmt.Errorf("runtime %s: release %s installs chart %s %s, but its manifest has no runtime.contract for that chart version: onprem cannot map the chart's values (the name, platform and credentials it must fill in); use the onprem that ships release %s, or a bundle of it",
+			rt.Name, rel.Version, a.Chart, a.ChartVersion, rel.Version)}
+	}
 
 	values := sizing.Merge(nil, a.Values)
 	contract, err := RuntimeContractValues(in, rt, a, o.ConfigurationRuntime, o.PlatformCA)
 	if err != nil {
-		return nil, fmt.Errorf("runtime %s: release %s: %w", rt.Name, rel.Version, err)
+		return nil, &RuntimeInputError{fmt.Errorf("runtime %s: release %s: %w", rt.Name, rel.Version, err)}
 	}
 	for _, p := range slices.Sorted(maps.Keys(contract)) {
 		if err := setPath(values, p, contract[p]); err != nil {
@@ -196,20 +197,12 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 			}
 		}
 	}
-	repos := map[string]bool{}
-	imageValues, err := runtimeImageValues(in, rel, repos)
-	if err != nil {
-		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
-	}
-	for _, p := range slices.Sorted(maps.Keys(imageValues)) {
-		if err := setPath(values, p, imageValues[p]); err != nil {
-			return nil, fmt.Errorf("runtime %s: release %s: runtime.images: %w", rt.Name, rel.Version, err)
-		}
-	}
 	name := RuntimeRelease(rt.Name)
 	ms, err := charts.Template(o.Chart, name, rt.Namespace, values)
 	if err != nil {
-		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
+		// A subchart the package lacks, or a value the chart requires
+		// (its templates fail, naming it): nothing was applied.
+		return nil, &RuntimeInputError{fmt.Errorf("runtime %s: release %s: chart %s %s: %w", rt.Name, rel.Version, a.Chart, a.ChartVersion, err)}
 	}
 	objs, crds, err := chartObjects("runtime "+rt.Name, ms)
 	if err != nil {
@@ -225,7 +218,7 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 			obj.SetNamespace("")
 		}
 	}
-	post := &postRender{in: in, manifests: o.Manifests, repositories: sortedKeys(repos), namespace: rt.Namespace, runner: true, upstream: true}
+	post := &postRender{in: in, manifests: o.Manifests, namespace: rt.Namespace, runner: true, upstream: true}
 	out, err := post.run(objs)
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
@@ -366,79 +359,4 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 		}
 	}
 	return out, nil
-}
-
-// runtimeImageValues is every image of the release's runtime chart at its
-// values paths: the reference the cluster pulls (the platform prefix,
-// spec.registry's relocation and the release's digest applied), whole or
-// split into registry, repository and tag. The source repositories are
-// added to repos (the post-render relocates what the chart writes
-// elsewhere).
-func runtimeImageValues(in *config.Installation, rel *release.Release, repos map[string]bool) (map[string]any, error) {
-	out := map[string]any{}
-	set := func(path, value, what string) error {
-		if old, ok := out[path]; ok && old != value {
-			return fmt.Errorf("release %s: runtime.images: %s and another image write %s with different values (%v, %s): give them their own paths", rel.Version, what, path, old, value)
-		}
-		out[path] = value
-		return nil
-	}
-	reg := in.Spec.Registry
-	for _, ci := range rel.Runtime.Images {
-		img, ok := rel.Image(ci.Image)
-		if !ok {
-			return nil, fmt.Errorf("release %s: runtime image %q is not in the release", rel.Version, ci.Image)
-		}
-		repo := images.Repository(img, in.Spec.Images.Platform)
-		repos[repo] = true
-		if reg.Host != "" {
-			to, err := images.Relocate(repo, reg.Host, reg.PathPrefix)
-			if err != nil {
-				return nil, fmt.Errorf("spec.registry: %w", err)
-			}
-			repo = to
-		}
-		tag := img.Tag
-		if img.Digest != "" {
-			tag += "@" + img.Digest
-		}
-		if ci.Reference != "" {
-			if err := set(ci.Reference, repo+":"+tag, ci.Image); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		repoValue := repo
-		if ci.Registry != "" {
-			host, path, err := splitRegistry(repo)
-			if err != nil {
-				return nil, fmt.Errorf("release %s: runtime image %s: %w", rel.Version, ci.Image, err)
-			}
-			if err := set(ci.Registry, host, ci.Image); err != nil {
-				return nil, err
-			}
-			repoValue = path
-		}
-		if err := set(ci.Repository, repoValue, ci.Image); err != nil {
-			return nil, err
-		}
-		if err := set(ci.Tag, tag, ci.Image); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// splitRegistry splits a repository into its registry host (index.docker.io
-// written docker.io) and the path under it.
-func splitRegistry(repository string) (host, path string, err error) {
-	r, err := name.NewRepository(repository)
-	if err != nil {
-		return "", "", fmt.Errorf("image repository %q: %w", repository, err)
-	}
-	host = r.RegistryStr()
-	if host == name.DefaultRegistry {
-		host = "docker.io"
-	}
-	return host, r.RepositoryStr(), nil
 }

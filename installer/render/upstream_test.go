@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -20,11 +21,11 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	corev1 "k8s.io/api/core/v1"
 	"helm.sh/helm/v4/pkg/action"
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -580,7 +581,7 @@ func (a additions) judge(o *unstructured.Unstructured, d difference) string {
 		if !ok || reg.Host == "" {
 			return "", false
 		}
-		return relocateReference(s, reg.Host, reg.PathPrefix)
+		return images.RelocateReference(s, reg.Host, reg.PathPrefix)
 	}
 	inNamespace := func(v any) bool { return v == a.namespace || (a.alsoNamespace != "" && v == a.alsoNamespace) }
 	p := d.path
@@ -696,7 +697,8 @@ func (a additions) judge(o *unstructured.Unstructured, d difference) string {
 			return ""
 		}
 	case container && len(rest) == 3 && rest[2] == "image",
-		container && len(rest) == 4 && rest[2] == "args":
+		container && len(rest) == 4 && rest[2] == "args",
+		container && len(rest) == 5 && rest[2] == "env" && rest[4] == "value":
 		if want, ok := relocated(d.ref); ok && d.got == want {
 			return ""
 		}
@@ -730,28 +732,11 @@ func jsonEqual(a, b any) bool {
 	return reflect.DeepEqual(xv, yv)
 }
 
-// relocateReference is an image reference moved to a private registry:
-// its repository relocated (images.Relocate), tag and digest as written.
-func relocateReference(ref, host, prefix string) (string, bool) {
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		return "", false
-	}
-	repo := r.Context().Name()
-	to, err := images.Relocate(repo, host, prefix)
-	if err != nil {
-		return "", false
-	}
-	rest := ref[strings.LastIndex(ref, "/")+1:]
-	if i := strings.IndexAny(rest, ":@"); i >= 0 {
-		return to + rest[i:], true
-	}
-	return to, true
-}
-
 // relocatedConfig judges a ConfigMap value that onprem changed: with a
 // private registry, the same document but for image references moved to
-// it (whole references, and the registry of split ones).
+// it: whole references relocated, and of one written as parts, the
+// registry become the private registry's host and the repository the path
+// under it (or relocated whole, without a registry beside it).
 func relocatedConfig(d difference, reg config.Registry) string {
 	if reg.Host == "" {
 		return "a ConfigMap changed without a private registry"
@@ -764,18 +749,20 @@ func relocatedConfig(d difference, reg config.Registry) string {
 	}
 	var diffs []difference
 	differences(nil, rv, gv, &diffs)
-	root := strings.TrimSuffix(reg.Host, "/")
-	if p := strings.Trim(reg.PathPrefix, "/"); p != "" {
-		root += "/" + p
-	}
+	prefix := strings.Trim(reg.PathPrefix, "/")
 	for _, dd := range diffs {
-		if want, ok := relocateReference(fmt.Sprint(dd.ref), reg.Host, reg.PathPrefix); ok && dd.got == want {
-			continue
+		ref, got := fmt.Sprint(dd.ref), fmt.Sprint(dd.got)
+		leaf := ""
+		if len(dd.path) > 0 {
+			leaf = dd.path[len(dd.path)-1]
 		}
-		if len(dd.path) > 0 && dd.path[len(dd.path)-1] == "registry" && dd.got == root {
-			continue
+		switch want, ok := images.RelocateReference(ref, reg.Host, reg.PathPrefix); {
+		case ok && got == want:
+		case leaf == "registry" && got == strings.TrimSuffix(reg.Host, "/"):
+		case leaf == "repository" && got == prefix+"/"+ref:
+		default:
+			return fmt.Sprintf("ConfigMap value changed at %s (%s to %s): not a relocation", strings.Join(dd.path, "."), show(dd.ref), show(dd.got))
 		}
-		return fmt.Sprintf("ConfigMap value changed at %s (%s to %s): not a relocation", strings.Join(dd.path, "."), show(dd.ref), show(dd.got))
 	}
 	return ""
 }
@@ -867,4 +854,198 @@ func valueAt(values map[string]any, path string) any {
 		cur = m[k]
 	}
 	return cur
+}
+
+// chartValues is a chart's default values with every subchart's under its
+// name or alias, enabled or not: where each values path of the chart
+// exists.
+func chartValues(c *chartv2.Chart) map[string]any {
+	out := copyValues(c.Values)
+	if out == nil {
+		out = map[string]any{}
+	}
+	for _, d := range c.Metadata.Dependencies {
+		for _, sub := range c.Dependencies() {
+			if sub.Name() != d.Name {
+				continue
+			}
+			key := d.Name
+			if d.Alias != "" {
+				key = d.Alias
+			}
+			sv := chartValues(sub)
+			if own, ok := out[key].(map[string]any); ok {
+				mergeOver(sv, own)
+			}
+			out[key] = sv
+		}
+	}
+	return out
+}
+
+// mergeOver writes over's values into dst, maps merged key by key.
+func mergeOver(dst, over map[string]any) {
+	for k, v := range over {
+		if vm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				mergeOver(dm, vm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+func copyValues(v map[string]any) map[string]any {
+	if v == nil {
+		return nil
+	}
+	var out map[string]any
+	b, _ := json.Marshal(v)
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// missingPaths lists the paths of a runtime section that the chart's
+// values do not have: its contract, its pull-Secret paths and every leaf
+// of its values layer.
+func missingPaths(c *chartv2.Chart, rc *release.RemoteChart) []string {
+	values := chartValues(c)
+	var paths []string
+	for _, k := range sortedKeys(rc.Contract) {
+		paths = append(paths, rc.Contract[k])
+	}
+	for _, l := range rc.PullSecrets {
+		paths = append(paths, l.Path)
+	}
+	var leaves func(prefix string, m map[string]any)
+	leaves = func(prefix string, m map[string]any) {
+		for _, k := range sortedKeys(m) {
+			if sub, ok := m[k].(map[string]any); ok && len(sub) > 0 {
+				leaves(prefix+k+".", sub)
+				continue
+			}
+			paths = append(paths, prefix+k)
+		}
+	}
+	leaves("", rc.Values)
+	var out []string
+	for _, p := range paths {
+		var cur any = values
+		for _, k := range strings.Split(p, ".") {
+			m, ok := cur.(map[string]any)
+			if !ok {
+				cur = nil
+				out = append(out, p)
+				break
+			}
+			v, has := m[k]
+			if !has {
+				out = append(out, p)
+				break
+			}
+			cur = v
+		}
+	}
+	return out
+}
+
+// Every values path onprem writes into the runtime chart of a shipped
+// release (its contract, its pull-Secret paths, its values layer) exists
+// in that chart version, the real published package: a release that names
+// a path the chart version does not have fails here. The check finds a
+// path that 0.26.0 dropped.
+func TestRuntimeContractPathsExist(t *testing.T) {
+	for _, u := range shippedRuntimes(t) {
+		rc := u.release.Runtime
+		c := runtimetest.Upstream(t, rc.ChartVersion)
+		if missing := missingPaths(c, rc); len(missing) > 0 {
+			t.Errorf("%s: values paths the chart does not have: %v", u, missing)
+		} else {
+			t.Logf("%s: %d contract paths, %d pull-Secret paths, all in the chart", u, len(rc.Contract), len(rc.PullSecrets))
+		}
+	}
+	stale := &release.RemoteChart{Contract: map[string]string{release.ContractRuntimeName: "global.runtime.name"},
+		PullSecrets: []release.ValuesList{{Path: "cf-argocd-extras.eventReporter.container.image.registry", Format: release.ListOfNames}}}
+	if got := missingPaths(runtimetest.Upstream(t, "0.26.0"), stale); !slices.Equal(got, []string{"cf-argocd-extras.eventReporter.container.image.registry"}) {
+		t.Errorf("a path 0.26.0 does not have: missing = %v", got)
+	}
+}
+
+// With a private registry, no object of a runtime references another
+// registry, in any release: every image the chart renders (containers,
+// init containers, hook Jobs, and what it writes into configuration) is
+// relocated, and no string of any object (CRDs aside: their schemas'
+// descriptions mention registries) names one of the registries the chart
+// pulls from otherwise, whole or as a map's registry.
+func TestRuntimeAirGapClosure(t *testing.T) {
+	var private upstreamMode
+	for _, m := range upstreamModes {
+		if m.name == "private-registry" {
+			private = m
+		}
+	}
+	for _, u := range shippedRuntimes(t) {
+		t.Run(u.release.Runtime.ChartVersion, func(t *testing.T) {
+			t.Parallel()
+			public := renderUpstream(t, u.release, upstreamModes[0])
+			r := renderUpstream(t, u.release, private)
+			reg := r.in.Spec.Registry
+			root := images.Root(reg.Host, reg.PathPrefix) + "/"
+			found, err := images.InObjects(r.c.Objects)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range found {
+				if !strings.HasPrefix(f.Ref, root) {
+					t.Errorf("%s %s: %s is not in %s", f.Object, f.Field, f.Ref, root)
+				}
+			}
+			src, err := images.InObjects(public.c.Objects)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts := map[string]bool{}
+			for _, f := range src {
+				if r, err := name.ParseReference(f.Ref); err == nil {
+					hosts[r.Context().RegistryStr()] = true
+				}
+			}
+			if hosts[name.DefaultRegistry] {
+				hosts["docker.io"] = true
+			}
+			for _, o := range r.c.Objects {
+				if o.GetKind() == "CustomResourceDefinition" {
+					continue
+				}
+				forEachString(o.Object, func(s string) {
+					for h := range hosts {
+						if s == h || strings.Contains(s, h+"/") || regexp.MustCompile(`(?m)registry:\s*["']?`+regexp.QuoteMeta(h)+`["']?\s*$`).MatchString(s) {
+							t.Errorf("%s/%s names %s: %.120q", o.GetKind(), o.GetName(), h, s)
+						}
+					}
+				})
+			}
+			refs, err := images.References(public.c.Objects)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d images (%d places) relocated to %s; the chart pulls from %v otherwise", u, len(refs), len(found), root, sortedKeys(hosts))
+		})
+	}
+}
+
+func forEachString(v any, f func(string)) {
+	switch t := v.(type) {
+	case string:
+		f(t)
+	case map[string]any:
+		for _, x := range t {
+			forEachString(x, f)
+		}
+	case []any:
+		for _, x := range t {
+			forEachString(x, f)
+		}
+	}
 }

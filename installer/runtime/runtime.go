@@ -298,7 +298,7 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		return nil, err
 	}
 	if _, err := render.RuntimeContractValues(pr.options.Installation, rt, pr.Release.Runtime, !pr.options.ConfigurationRuntime, len(ca) > 0); err != nil {
-		return nil, fmt.Errorf("runtime %s: release %s: %w", rt.Name, pr.Release.Version, err)
+		return nil, &render.RuntimeInputError{Err: fmt.Errorf("runtime %s: release %s: %w", rt.Name, pr.Release.Version, err)}
 	}
 	pull, err := pullSecret(ctx, p, rt.Name)
 	if err != nil {
