@@ -125,6 +125,9 @@ const (
 	ContractIngressProtocol = "ingressProtocol"
 	ContractIngressURL      = "ingressURL"
 	ContractTunnelEnabled   = "tunnelEnabled"
+	ContractTunnelServer    = "tunnelServerHost"
+	ContractTunnelPort      = "tunnelServerPort"
+	ContractTunnelSubdomain = "tunnelSubdomainHost"
 	ContractNodeSelector    = "nodeSelector"
 	ContractTolerations     = "tolerations"
 	ContractHTTPProxy       = "httpProxy"
@@ -139,7 +142,8 @@ var (
 	RuntimeContractKeys = []string{
 		ContractRuntimeName, ContractPlatformURL, ContractAccountID, ContractPlatformToken, ContractPlatformCA,
 		ContractConfigRuntime, ContractGitUsername, ContractGitPassword, ContractIngressEnabled, ContractIngressClass,
-		ContractIngressHosts, ContractIngressProtocol, ContractIngressURL, ContractTunnelEnabled, ContractNodeSelector,
+		ContractIngressHosts, ContractIngressProtocol, ContractIngressURL, ContractTunnelEnabled, ContractTunnelServer,
+		ContractTunnelPort, ContractTunnelSubdomain, ContractNodeSelector,
 		ContractTolerations, ContractHTTPProxy, ContractHTTPSProxy, ContractNoProxy,
 	}
 	RequiredContractKeys = []string{ContractRuntimeName, ContractPlatformURL, ContractAccountID, ContractPlatformToken, ContractGitPassword}

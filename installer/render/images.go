@@ -86,6 +86,9 @@ func ReleaseImages(ctx context.Context, o ImageOptions) ([]string, error) {
 	if rel.Runtime != nil && o.RuntimeChart != nil {
 		for _, mode := range []string{config.RuntimeAccessIngress, config.RuntimeAccessTunnel} {
 			rt := config.Runtime{Name: "images", Access: config.RuntimeAccess{Mode: mode}}
+			if mode == config.RuntimeAccessTunnel {
+				rt.Access.TunnelServer = config.TunnelServer{Host: "register.tunnels.images.invalid", SubdomainHost: "tunnels.images.invalid"}
+			}
 			c, err := RenderRuntime(ctx, RuntimeOptions{Installation: in, Release: rel, Runtime: rt, ConfigurationRuntime: true, Chart: o.RuntimeChart, Manifests: o.Manifests})
 			if err != nil {
 				return nil, fmt.Errorf("release %s: rendering the runtime (%s) for its images: %w", rel.Version, mode, err)

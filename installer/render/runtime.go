@@ -144,6 +144,9 @@ func RuntimeHost(in *config.Installation, rt config.Runtime) string {
 //	ingressProtocol      https
 //	ingressURL           the access's url, in mode url
 //	tunnelEnabled        true in access mode tunnel
+//	tunnelServerHost     in mode tunnel, the access's tunnelServer.host
+//	tunnelServerPort     in mode tunnel, its port (default 443)
+//	tunnelSubdomainHost  in mode tunnel, its subdomainHost
 //	nodeSelector         spec.placement.nodeSelector
 //	tolerations          spec.placement.tolerations
 //	httpProxy, httpsProxy, noProxy   spec.proxy
@@ -305,6 +308,20 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 		want[release.ContractIngressClass] = class
 		want[release.ContractIngressHosts] = []any{RuntimeHost(in, rt)}
 		want[release.ContractIngressProtocol] = "https"
+	case config.RuntimeAccessTunnel:
+		// The operator's tunnel server, never the chart's default (the
+		// vendor's hosted one).
+		ts := rt.Access.TunnelServer
+		if ts.Host == "" || ts.SubdomainHost == "" {
+			return nil, &RuntimeInputError{fmt.Errorf("access mode tunnel needs a tunnel server of yours: set spec.runtimes[].access.tunnelServer.host and .subdomainHost (onprem does not use the vendor's hosted one)")}
+		}
+		port := ts.Port
+		if port == 0 {
+			port = 443
+		}
+		want[release.ContractTunnelServer] = ts.Host
+		want[release.ContractTunnelPort] = port
+		want[release.ContractTunnelSubdomain] = ts.SubdomainHost
 	case config.RuntimeAccessURL:
 		want[release.ContractIngressURL] = rt.Access.URL
 	}
@@ -340,7 +357,7 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 	case config.RuntimeAccessIngress:
 		needed = append(needed, release.ContractIngressEnabled, release.ContractIngressHosts)
 	case config.RuntimeAccessTunnel:
-		needed = append(needed, release.ContractTunnelEnabled)
+		needed = append(needed, release.ContractTunnelEnabled, release.ContractTunnelServer, release.ContractTunnelPort, release.ContractTunnelSubdomain)
 	case config.RuntimeAccessURL:
 		needed = append(needed, release.ContractIngressURL)
 	}

@@ -226,11 +226,12 @@ func TestRuntimeAccessModes(t *testing.T) {
 		setting     string
 		value       string
 	}{
-		{config.RuntimeAccess{Mode: "tunnel"}, false, "tunnel", "true"},
+		{config.RuntimeAccess{Mode: "tunnel", TunnelServer: config.TunnelServer{Host: "register.tunnels.example.com", SubdomainHost: "tunnels.example.com"}}, false, "tunnel", "true"},
+		{config.RuntimeAccess{Mode: "tunnel", TunnelServer: config.TunnelServer{Host: "register.tunnels.example.com", Port: 8443, SubdomainHost: "tunnels.example.com"}}, false, "tunnelServer", "register.tunnels.example.com:8443 tunnels.example.com"},
 		{config.RuntimeAccess{Mode: "url", URL: "https://edge.example.com"}, false, "ingressUrl", "https://edge.example.com"},
 		{config.RuntimeAccess{Host: "gitops.example.com", ClassName: "nginx"}, true, "tunnel", "false"},
 	} {
-		t.Run(tc.access.Mode, func(t *testing.T) {
+		t.Run(tc.access.Mode+"/"+tc.setting, func(t *testing.T) {
 			_, c := renderFixtureRuntime(t, "minimal", config.Runtime{Name: "edge", Access: tc.access})
 			hasIngress := false
 			for _, o := range c.Objects {
@@ -399,5 +400,18 @@ func TestRuntimeBadInput(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A runtime in tunnel mode without a tunnel server of the operator's is
+// refused before rendering (an input error saying what is needed), never
+// left to the chart's default, the vendor's hosted server.
+func TestRuntimeTunnelNeedsAServer(t *testing.T) {
+	in, rel := load(t, "minimal")
+	in.Spec.RuntimeConfig.AccountID = "acc"
+	_, err := RenderRuntime(context.Background(), RuntimeOptions{Installation: in, Release: rel, Chart: fixtureChart(t, rel.Runtime.ChartVersion),
+		Runtime: config.Runtime{Name: "edge", Namespace: "edge", Access: config.RuntimeAccess{Mode: config.RuntimeAccessTunnel}}})
+	if !IsInputError(err) || !strings.Contains(err.Error(), "access.tunnelServer.host and .subdomainHost") {
+		t.Errorf("err = %v, want an input error naming access.tunnelServer", err)
 	}
 }

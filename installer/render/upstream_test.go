@@ -59,7 +59,8 @@ var upstreamModes = []upstreamMode{
 		o.ConfigurationRuntime = true
 	}},
 	{"tunnel", func(in *config.Installation, o *RuntimeOptions) {
-		o.Runtime.Access.Mode = config.RuntimeAccessTunnel
+		o.Runtime.Access = config.RuntimeAccess{Mode: config.RuntimeAccessTunnel,
+			TunnelServer: config.TunnelServer{Host: "register.tunnels.example.com", SubdomainHost: "tunnels.example.com"}}
 	}},
 	{"private-registry", func(in *config.Installation, o *RuntimeOptions) {
 		in.Spec.Registry = config.Registry{Host: "registry.airgap.internal:5000", PathPrefix: "onprem", PullSecret: "airgap-pull"}
@@ -1047,5 +1048,60 @@ func forEachString(v any, f func(string)) {
 		for _, x := range t {
 			forEachString(x, f)
 		}
+	}
+}
+
+// In tunnel mode, the real chart's tunnel client connects to the
+// operator's tunnel server (access.tunnelServer), and the runtime's URL
+// is under the operator's subdomain host: no object names the vendor's
+// hosted tunnel server, which the chart defaults to.
+func TestRuntimeTunnelUsesTheOperatorsServer(t *testing.T) {
+	var tunnel upstreamMode
+	for _, m := range upstreamModes {
+		if m.name == "tunnel" {
+			tunnel = m
+		}
+	}
+	for _, u := range shippedRuntimes(t) {
+		t.Run(u.release.Runtime.ChartVersion, func(t *testing.T) {
+			t.Parallel()
+			r := renderUpstream(t, u.release, tunnel)
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			ts := r.opts.Runtime.Access.TunnelServer
+			var frpc string
+			for _, o := range r.c.Objects {
+				if o.GetKind() == "ConfigMap" {
+					if v, ok, _ := unstructured.NestedString(o.Object, "data", "frpc.ini"); ok {
+						frpc = v
+					}
+				}
+				forEachString(o.Object, func(s string) {
+					if strings.Contains(s, "cf-cd.com") {
+						t.Errorf("%s/%s names the vendor's tunnel server: %.160q", o.GetKind(), o.GetName(), s)
+					}
+				})
+			}
+			for _, want := range []string{"server_addr = " + ts.Host + "\n", "server_port = 443\n", "subdomain = " + r.in.Spec.RuntimeConfig.AccountID + "-" + r.opts.Runtime.Name + "\n"} {
+				if !strings.Contains(frpc, want) {
+					t.Errorf("the tunnel client's frpc.ini lacks %q:\n%s", want, frpc)
+				}
+			}
+			// The runtime's URL, which it registers with the platform.
+			url := "https://" + r.in.Spec.RuntimeConfig.AccountID + "-" + r.opts.Runtime.Name + "." + ts.SubdomainHost
+			hosts := 0
+			for _, o := range r.c.Objects {
+				if v, ok, _ := unstructured.NestedString(o.Object, "data", "ingressHost"); ok && o.GetKind() == "ConfigMap" {
+					hosts++
+					if v != url {
+						t.Errorf("%s ingressHost = %q, want %q", o.GetName(), v, url)
+					}
+				}
+			}
+			if hosts == 0 {
+				t.Error("no ConfigMap holds the runtime's ingressHost")
+			}
+		})
 	}
 }
