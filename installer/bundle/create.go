@@ -536,6 +536,11 @@ func CarriedImages(rel *release.Release, refs []string, platformImages string) (
 	have := map[string]bool{}
 	for _, img := range rel.Images {
 		have[images.Repository(img, platformImages)+":"+img.Tag] = true
+		if img.Chart != "" {
+			// Already carried (a bundle's release made again): named by
+			// the reference the chart renders, wherever it is taken from.
+			have[img.Name] = true
+		}
 	}
 	chart := ""
 	if rel.Runtime != nil {
