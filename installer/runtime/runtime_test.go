@@ -10,6 +10,7 @@ import (
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"onprem.dev/onprem/charts"
@@ -91,6 +92,52 @@ func TestCheckSource(t *testing.T) {
 		if err := checkSource(o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", o, err, tc.want)
 		}
+	}
+}
+
+// A Git source is an Application as the upstream runtime makes one: in
+// the runtime's project (an AppProject named after the runtime, in its
+// namespace), labelled codefresh.io/entity=git-source and
+// codefresh.io/internal=false, sync wave 0, with onprem's labels beside;
+// the repository's credentials are never written.
+func TestGitSourceApplication(t *testing.T) {
+	o := GitSourceOptions{Runtime: "edge", Name: "apps", Repository: config.GitRepository{URL: "https://u:tok@git.example.com/apps.git", Branch: "main", Path: "prod"}}
+	app := gitSourceApplication(o, "edge-ns")
+	str := func(fields ...string) string {
+		v, _, _ := unstructured.NestedString(app.Object, fields...)
+		return v
+	}
+	l := app.GetLabels()
+	if str("spec", "project") != "edge" || l["codefresh.io/entity"] != "git-source" || l["codefresh.io/internal"] != "false" ||
+		l[LabelRuntime] != "edge" || l["app.kubernetes.io/managed-by"] != state.ManagedBy || app.GetAnnotations()["argocd.argoproj.io/sync-wave"] != "0" {
+		t.Errorf("project %q, labels %v, annotations %v", str("spec", "project"), l, app.GetAnnotations())
+	}
+	if str("spec", "source", "repoURL") != "https://git.example.com/apps.git" || str("spec", "source", "targetRevision") != "main" || str("spec", "source", "path") != "prod" ||
+		str("spec", "destination", "namespace") != "edge-ns" || str("spec", "destination", "server") != InClusterServer || app.GetNamespace() != "edge-ns" {
+		t.Errorf("spec: %v", app.Object["spec"])
+	}
+	if _, ok := l[legacyLabelGitSource]; ok {
+		t.Errorf("the label of onprem's older Git sources is still written: %v", l)
+	}
+	if !onpremGitSource(app, "edge") || onpremGitSource(app, "other") {
+		t.Error("onprem does not recognise its own Git source, or takes another runtime's")
+	}
+	// A Git source made elsewhere (the platform's UI) is not onprem's to
+	// change or remove; one of onprem's older form is.
+	foreign := app.DeepCopy()
+	foreign.SetLabels(map[string]string{"codefresh.io/entity": "git-source"})
+	legacy := app.DeepCopy()
+	legacy.SetLabels(map[string]string{legacyLabelGitSource: "apps"})
+	if onpremGitSource(foreign, "edge") || !onpremGitSource(legacy, "edge") {
+		t.Error("foreign taken for onprem's, or onprem's older form not recognised")
+	}
+	proj := runtimeProject("edge", "edge-ns")
+	if proj.GetKind() != "AppProject" || proj.GetName() != "edge" || proj.GetNamespace() != "edge-ns" {
+		t.Errorf("project: %s %s/%s", proj.GetKind(), proj.GetNamespace(), proj.GetName())
+	}
+	dests, _, _ := unstructured.NestedSlice(proj.Object, "spec", "destinations")
+	if len(dests) != 1 || dests[0].(map[string]any)["server"] != InClusterServer {
+		t.Errorf("project destinations: %v", dests)
 	}
 }
 
