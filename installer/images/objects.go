@@ -2,6 +2,7 @@ package images
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -149,7 +150,7 @@ func walk(objs []*unstructured.Unstructured, visit func(Found, func(string))) er
 		}
 		data, _, _ := unstructured.NestedStringMap(o.Object, "data")
 		changed := false
-		for _, k := range sortedKeys(data) {
+		for _, k := range slices.Sorted(maps.Keys(data)) {
 			v := data[k]
 			field := "data." + k
 			if imageKey(k) {
@@ -236,7 +237,7 @@ func walkValue(id, field, key string, v any, visit func(Found, func(string)), ch
 			walkImageMap(id, field+"."+key, t, repo, visit, changed)
 			return
 		}
-		for _, k := range sortedKeys(t) {
+		for _, k := range slices.Sorted(maps.Keys(t)) {
 			x := t[k]
 			at := strings.TrimPrefix(key+"."+k, ".")
 			if s, ok := x.(string); ok && imageKey(k) && s != "" {
@@ -283,15 +284,6 @@ func walkImageMap(id, field string, m map[string]any, repo string, visit func(Fo
 		}
 		*changed = true
 	})
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // SplitReference splits a reference as written into its repository, tag

@@ -333,11 +333,7 @@ func (p *postRender) pullSecrets(objs []*unstructured.Unstructured) (map[string]
 		}
 		patches = append(patches, map[string]any{"target": map[string]any{"kind": "ServiceAccount", "name": u.GetName()}, "patch": string(b)})
 	}
-	return map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
-		"kind":       "Component",
-		"patches":    patches,
-	}, nil
+	return patchComponent(patches), nil
 }
 
 // noProxy is NO_PROXY for pods of namespace ns: loopback, the cluster's
@@ -434,11 +430,7 @@ func (p *postRender) containers(objs []*unstructured.Unstructured) (map[string]a
 	if err != nil || len(patches) == 0 {
 		return nil, err
 	}
-	return map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
-		"kind":       "Component",
-		"patches":    patches,
-	}, nil
+	return patchComponent(patches), nil
 }
 
 // proxy gives every container of every chart workload the proxy
@@ -466,11 +458,7 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 	if err != nil || len(patches) == 0 {
 		return nil, err
 	}
-	return map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
-		"kind":       "Component",
-		"patches":    patches,
-	}, nil
+	return patchComponent(patches), nil
 }
 
 // loadOverlay copies an operator's overlay folder into the in-memory tree.
@@ -584,4 +572,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// patchComponent is a kustomize Component applying patches.
+func patchComponent(patches []any) map[string]any {
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"patches":    patches,
+	}
 }

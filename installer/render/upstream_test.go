@@ -72,6 +72,18 @@ var upstreamModes = []upstreamMode{
 	}},
 }
 
+// upstreamModeNamed is the mode of upstreamModes with that name.
+func upstreamModeNamed(t testing.TB, name string) upstreamMode {
+	t.Helper()
+	for _, m := range upstreamModes {
+		if m.name == name {
+			return m
+		}
+	}
+	t.Fatalf("no upstream mode %q", name)
+	return upstreamMode{}
+}
+
 // upstreamRuntime is one distinct runtime of the shipped releases: the
 // releases that install it (the same chart version and runtime section
 // render the same objects) and the first of them.
@@ -980,12 +992,7 @@ func TestRuntimeContractPathsExist(t *testing.T) {
 // descriptions mention registries) names one of the registries the chart
 // pulls from otherwise, whole or as a map's registry.
 func TestRuntimeAirGapClosure(t *testing.T) {
-	var private upstreamMode
-	for _, m := range upstreamModes {
-		if m.name == "private-registry" {
-			private = m
-		}
-	}
+	private := upstreamModeNamed(t, "private-registry")
 	for _, u := range shippedRuntimes(t) {
 		t.Run(u.release.Runtime.ChartVersion, func(t *testing.T) {
 			t.Parallel()
@@ -1056,12 +1063,7 @@ func forEachString(v any, f func(string)) {
 // is under the operator's subdomain host: no object names the vendor's
 // hosted tunnel server, which the chart defaults to.
 func TestRuntimeTunnelUsesTheOperatorsServer(t *testing.T) {
-	var tunnel upstreamMode
-	for _, m := range upstreamModes {
-		if m.name == "tunnel" {
-			tunnel = m
-		}
-	}
+	tunnel := upstreamModeNamed(t, "tunnel")
 	for _, u := range shippedRuntimes(t) {
 		t.Run(u.release.Runtime.ChartVersion, func(t *testing.T) {
 			t.Parallel()
