@@ -154,6 +154,10 @@ func kustomize(t *testing.T, fsys filesys.FileSystem, dir string) build {
 			typed = &appsv1.StatefulSet{}
 		case "Job":
 			typed = &batchv1.Job{}
+		case "DaemonSet":
+			typed = &appsv1.DaemonSet{}
+		case "Pod":
+			typed = &corev1.Pod{}
 		default:
 			t.Fatalf("unexpected kind %s:\n%s", r.GetKind(), data)
 		}
@@ -657,10 +661,10 @@ func TestManifestPipelinesComponent(t *testing.T) {
 	}
 }
 
-// The hardening component is meant for the charts' output; over the base
-// (no workloads) it must change nothing.
+// The restricted and hardening components are meant for the charts'
+// output; over the base (no workloads) they must change nothing.
 func TestManifestHardeningLeavesBaseAlone(t *testing.T) {
-	if a, b := buildPlatform(t, testNamespace).yaml, buildPlatform(t, testNamespace, "hardening").yaml; a != b {
+	if a, b := buildPlatform(t, testNamespace).yaml, buildPlatform(t, testNamespace, "restricted", "hardening").yaml; a != b {
 		t.Errorf("hardening changed the base:\n%s\n----\n%s", a, b)
 	}
 }
@@ -730,20 +734,42 @@ spec:
       automountServiceAccountToken: true
       containers: [{name: provision, image: provision:1}]
 ---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: agent
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: agent, image: agent:1}]
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: test-connection
+  annotations: {helm.sh/hook: test}
+spec:
+  restartPolicy: Never
+  containers: [{name: test, image: test:1}]
+---
 apiVersion: v1
 kind: Namespace
 metadata:
   name: untouched
 `
 
-func TestManifestHardeningComponent(t *testing.T) {
+// hardened builds the hardening fixture with the given components.
+func hardened(t *testing.T, components string) build {
+	t.Helper()
 	fsys := memFS(t)
 	files := map[string]string{
 		"/chart/rendered.yaml": hardeningFixture,
 		"/chart/kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [rendered.yaml]
-components: [../onprem/components/hardening]
+components: [` + components + `]
 `,
 	}
 	for p, data := range files {
@@ -751,8 +777,11 @@ components: [../onprem/components/hardening]
 			t.Fatal(err)
 		}
 	}
-	b := kustomize(t, fsys, "/chart")
+	return kustomize(t, fsys, "/chart")
+}
 
+func TestManifestHardeningComponent(t *testing.T) {
+	b := hardened(t, "../onprem/components/restricted, ../onprem/components/hardening")
 	pods := map[string]*corev1.PodSpec{}
 	for _, o := range b.objects {
 		switch w := o.typed.(type) {
@@ -803,5 +832,44 @@ components: [../onprem/components/hardening]
 	}
 	if ns, _ := b.find("Namespace", "untouched").(*corev1.Namespace); ns == nil || len(ns.Labels) != 0 || len(ns.Annotations) != 0 {
 		t.Errorf("hardening touched a Namespace: %+v", ns)
+	}
+}
+
+// An upstream chart's output (a GitOps runtime's) gets the restricted
+// component alone: the Pod Security fields, on bare Pods (Helm test hooks)
+// and DaemonSets too, and nothing of the platform's own hardening.
+func TestManifestRestrictedComponent(t *testing.T) {
+	b := hardened(t, "../onprem/components/restricted")
+	n := 0
+	for _, o := range b.objects {
+		var spec *corev1.PodSpec
+		switch w := o.typed.(type) {
+		case *appsv1.Deployment:
+			spec = &w.Spec.Template.Spec
+		case *appsv1.StatefulSet:
+			spec = &w.Spec.Template.Spec
+		case *batchv1.Job:
+			spec = &w.Spec.Template.Spec
+		case *appsv1.DaemonSet:
+			spec = &w.Spec.Template.Spec
+		case *corev1.Pod:
+			spec = &w.Spec
+		default:
+			continue
+		}
+		n++
+		sc := spec.SecurityContext
+		if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: not restricted: %+v", o.name, sc)
+		}
+		if want := o.name == "db"; (spec.EnableServiceLinks != nil) != want || (want && !*spec.EnableServiceLinks) {
+			t.Errorf("%s: enableServiceLinks changed by the restricted component: %v", o.name, spec.EnableServiceLinks)
+		}
+		if o.name == "ui" && spec.AutomountServiceAccountToken != nil {
+			t.Errorf("%s: automountServiceAccountToken set by the restricted component", o.name)
+		}
+	}
+	if n != 7 {
+		t.Errorf("%d workloads, want the fixture's 7", n)
 	}
 }

@@ -17,7 +17,7 @@ func TestClusterChecksHaveStableIDsAndTitles(t *testing.T) {
 		}
 		seen[c.ID] = true
 	}
-	if len(seen) != 11 {
+	if len(seen) != 12 {
 		t.Errorf("%d cluster checks", len(seen))
 	}
 }

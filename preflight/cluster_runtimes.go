@@ -105,7 +105,10 @@ func runRuntimes(ctx context.Context, env *Env) Outcome {
 				ours = config.DefaultName
 			}
 			partOf, inst := crd.Labels[partOfLabel], crd.Labels[installationLabel]
-			if partOf == "onprem" && (inst == "" || inst == ours) {
+			// onprem's own objects are part-of onprem; a runtime's, which
+			// keep the upstream chart's part-of, carry the installation
+			// label alone.
+			if (partOf == "onprem" && (inst == "" || inst == ours)) || inst == ours {
 				f.ok("runtime %s: the Argo CD CRDs on the platform's cluster are this installation's", strings.Join(local, ", "))
 				break
 			}

@@ -93,13 +93,14 @@ func TestRuntimes(t *testing.T) {
 		only := "  runtimes:\n    - name: edge\n      gitToken: {env: GIT_TOKEN}\n      cluster: {context: edge-cluster}\n  runtimeConfig:\n    repository: {url: https://git.example.com/platform/config.git}\n    accountId: acc-1\n    platformToken: {env: PLATFORM_TOKEN}\n"
 		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+only)), Warn, "runtime edge (cluster edge-cluster)")
 	})
-	t.Run("our own Argo CD", func(t *testing.T) {
+	setLabels := func(t *testing.T, l map[string]string) {
+		t.Helper()
 		for i := 0; ; i++ {
 			cur, err := crds.Get(ctx, argoApplicationsCRD, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			cur.SetLabels(map[string]string{partOfLabel: "onprem", installationLabel: "onprem"})
+			cur.SetLabels(l)
 			if _, err = crds.Update(ctx, cur, metav1.UpdateOptions{}); err == nil {
 				break
 			} else if i > 20 {
@@ -107,6 +108,19 @@ func TestRuntimes(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond) // the CRD's status is being written
 		}
+	}
+	t.Run("our own Argo CD", func(t *testing.T) {
+		setLabels(t, map[string]string{partOfLabel: "onprem", installationLabel: "onprem"})
 		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Pass, "are this installation's")
+	})
+	// A runtime's objects keep the upstream chart's part-of label and get
+	// this installation's label.
+	t.Run("our runtime's Argo CD", func(t *testing.T) {
+		setLabels(t, map[string]string{partOfLabel: "argocd", installationLabel: "onprem"})
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Pass, "are this installation's")
+	})
+	t.Run("another installation's runtime", func(t *testing.T) {
+		setLabels(t, map[string]string{partOfLabel: "argocd", installationLabel: "other"})
+		clusterExpect(t, clusterRun(t, runtimesCheck(), envFor(clusterBaseSpec+local)), Fail, "Argo CD CRDs from another installation are present")
 	})
 }

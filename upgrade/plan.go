@@ -140,6 +140,12 @@ func MakePlan(ctx context.Context, opts PlanOptions) (*Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %s: rendering release %s: %w", st, st.To.Version, err)
 		}
+		// A step the cluster would refuse (a pod the restricted Pod
+		// Security Standard does not admit) or the platform's rules
+		// forbid is refused before any step runs.
+		if err := render.Verify(cur, render.CheckOptionsFor(opts.Installation)); err != nil {
+			return nil, fmt.Errorf("step %s: release %s: %w", st, st.To.Version, err)
+		}
 		charts, _ := opts.content(st.To.Version)
 		sp := &StepPlan{From: st.From.Version, To: st.To.Version, Required: st.To.Required, Notes: st.To.Notes,
 			Result: cur, Release: st.To, Charts: charts, Components: compare(prev, cur)}

@@ -24,8 +24,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"onprem.dev/onprem/e2e/testservers"
+	"onprem.dev/onprem/installer/bundle"
+	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
 )
 
 // The behaviour of the bundle verbs is tested in installer/action; these
@@ -59,6 +62,17 @@ func bundleLayout(t *testing.T, skip ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the charts render: the release's images and the runtime
+	// chart's own (the test fixture's).
+	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, RuntimeChart: runtimetest.Chart(t, rel.Runtime.ChartVersion)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := *rel
+	if carried.Images, err = bundle.CarriedImages(rel, refs, config.DefaultPlatformImages); err != nil {
+		t.Fatal(err)
+	}
+	rel = &carried
 	dir := filepath.Join(t.TempDir(), "oci")
 	lp, err := layout.Write(dir, empty.Index)
 	if err != nil {
@@ -99,9 +113,10 @@ func TestBundleCommands(t *testing.T) {
 		t.Errorf("keygen --force: %d %s", code, stderr)
 	}
 
-	// Result on stdout, progress on stderr.
+	// Result on stdout, progress on stderr. 41 images: the release's 26
+	// and the 15 the fixture runtime chart renders by itself.
 	code, stdout, stderr = bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", oci, "--key", filepath.Join(keys, "bundle.key"), "--platform", "linux/amd64", "--concurrency", "2")
-	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 39 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
+	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 41 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
 		t.Fatalf("create: %d %q %q", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "create: ") || !strings.Contains(stderr, "done in") {
@@ -115,7 +130,7 @@ func TestBundleCommands(t *testing.T) {
 		Charts  []struct{ Name string }
 		Signed  bool
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &in) != nil || in.Release != "2.8.0" || len(in.Images) != 39 || !in.Signed || len(in.Charts) == 0 || stderr != "" {
+	if code != exitOK || json.Unmarshal([]byte(stdout), &in) != nil || in.Release != "2.8.0" || len(in.Images) != 41 || !in.Signed || len(in.Charts) == 0 || stderr != "" {
 		t.Fatalf("inspect -o json: %d %+v %q", code, in, stderr)
 	}
 	if !strings.HasPrefix(in.Images[0].Reference, "docker.io/library/traefik:v3.6.12@sha256:") {
@@ -154,7 +169,7 @@ func TestBundleCommands(t *testing.T) {
 		BlobsCopied, ManifestsPushed int
 		Images                       []struct{ Reference string }
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &sum) != nil || sum.BlobsCopied == 0 || sum.ManifestsPushed != 39 || sum.Registry != host+"/onprem" {
+	if code != exitOK || json.Unmarshal([]byte(stdout), &sum) != nil || sum.BlobsCopied == 0 || sum.ManifestsPushed != 41 || sum.Registry != host+"/onprem" {
 		t.Fatalf("push: %d %s %s", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "push: ") || !strings.Contains(stderr, "verify: ") {
@@ -164,7 +179,7 @@ func TestBundleCommands(t *testing.T) {
 		t.Errorf("pushed to %s", sum.Images[0].Reference)
 	}
 	code, stdout, _ = bundleCLI(t, "push", file, "--registry", host+"/onprem", "--docker-config", regcred)
-	if code != exitOK || !strings.Contains(stdout, "pushed 39 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
+	if code != exitOK || !strings.Contains(stdout, "pushed 41 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
 		t.Errorf("second push: %d %s", code, stdout)
 	}
 	// Refused credentials: exit 1.

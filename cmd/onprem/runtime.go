@@ -154,14 +154,16 @@ What the operator provides:
                           spec.runtimes[].gitToken (first install only)
   how it is reached       spec.runtimes[].access: an Ingress (default, host
                           NAME.runtimes.DOMAIN, the platform's IngressClass),
-                          a tunnel, or a URL of the operator's
+                          a tunnel to a tunnel server of the operator's
+                          (access.tunnelServer; never the vendor's hosted
+                          one), or a URL of the operator's
 
 What onprem fills in, at the paths the release's runtime chart reads them
 (the release manifest's runtime.contract): the runtime's name, the platform
 URL (https://DOMAIN), the account, whether it holds the configuration, the
 tokens and the platform's CA as Secret references (never values), access,
-placement and proxies from onprem.yaml, and every image of the chart,
-relocated to spec.registry.
+placement and proxies from onprem.yaml. The chart's images are the ones
+it renders, relocated to spec.registry.
 
 What it creates on the runtime's cluster: the namespace (Pod Security
 "restricted"), the Secrets onprem-runtime-git (the Git token, as an Argo CD

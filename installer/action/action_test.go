@@ -11,7 +11,9 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
 )
 
 var noEnv = envconfig.MapLookuper(map[string]string{})
@@ -124,5 +126,41 @@ func TestVersionsListsEveryRelease(t *testing.T) {
 	}
 	if len(infos[1].Migrations) != 1 || !infos[1].Required {
 		t.Errorf("2.7.0 = %+v", infos[1])
+	}
+}
+
+// An install whose objects the namespace's restricted Pod Security
+// Standard would not admit (here, an operator's overlay putting a service
+// on the host's network) is refused with exit code 2, naming the object,
+// the field and the fix, before anything is touched: the cluster, which
+// does not exist, is never even reached.
+func TestInstallRefusesWhatPodSecurityRefuses(t *testing.T) {
+	overlay := t.TempDir()
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(`apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
+patches:
+  - target: {kind: Deployment, name: gitops-api}
+    patch: |
+      - op: add
+        path: /spec/template/spec/hostNetwork
+        value: true
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, "  version: 2.8.0\n  domain: ci.example.com\n  overlays: ["+overlay+"]\n")
+	in := &Install{Source: Source{ConfigPath: path, Lookup: noEnv}, Cluster: kube.Options{Kubeconfig: filepath.Join(t.TempDir(), "no-such-kubeconfig")}}
+	_, err := in.Run(context.Background())
+	var ie *InputError
+	var ce *render.CheckError
+	if !errors.As(err, &ie) || !errors.As(err, &ce) {
+		t.Fatalf("err = %T %v", err, err)
+	}
+	for _, want := range []string{"Deployment/gitops-api", "spec.template.spec.hostNetwork", "restricted Pod Security Standard", "fix: leave out hostNetwork", "nothing was applied"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error lacks %q:\n%v", want, err)
+		}
+	}
+	if len(ce.Problems) != 1 {
+		t.Errorf("problems = %v, want the one", ce.Problems)
 	}
 }

@@ -14,10 +14,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 
 	"onprem.dev/onprem/installer/bundle"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
 )
 
 // The bundle verbs (onprem bundle create, inspect, verify, push, keygen).
@@ -102,6 +104,11 @@ func (c *BundleCreate) Run(ctx context.Context) (*bundle.CreateResult, error) {
 
 		RuntimeChartRepository: c.RuntimeChartRepository,
 		RuntimeChart:           c.RuntimeChart,
+		// Every image the charts render with the release's values, the
+		// runtime chart's included: not a list kept by hand.
+		RenderedImages: func(ctx context.Context, runtimeChart *chartv2.Chart) ([]string, error) {
+			return render.ReleaseImages(ctx, render.ImageOptions{Release: rel, PlatformImages: platformImages, RuntimeChart: runtimeChart})
+		},
 	}
 	if c.KeyPath != "" {
 		k, err := bundle.LoadPrivateKey(c.KeyPath)

@@ -31,6 +31,7 @@ import (
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
 )
 
 // bundleRelease280 is the embedded release 2.8.0 (24 images, no digests pinned).
@@ -44,7 +45,20 @@ func bundleRelease280(t testing.TB) *release.Release {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rel
+	// A bundle carries what the charts render: the release's images and
+	// the ones the runtime chart (the test fixture) runs by itself.
+	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, RuntimeChart: runtimetest.Chart(t, rel.Runtime.ChartVersion)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := *rel
+	if carried.Images, err = bundle.CarriedImages(rel, refs, config.DefaultPlatformImages); err != nil {
+		t.Fatal(err)
+	}
+	if len(carried.Images) <= len(rel.Images) {
+		t.Fatalf("the runtime chart renders no image of its own: %v", refs)
+	}
+	return &carried
 }
 
 // bundleTestImage is a small linux/amd64 image of a release image: a base layer

@@ -120,6 +120,12 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		}
 		return nil, err
 	}
+	// What the cluster would refuse (a pod the namespace's restricted Pod
+	// Security Standard does not admit) or the platform's rules forbid
+	// stops here, before anything is touched.
+	if err := render.Verify(res, render.CheckOptionsFor(l.Installation)); err != nil {
+		return nil, inputErr(err)
+	}
 	cl, err := kube.Connect(ctx, i.Cluster)
 	if err != nil {
 		return nil, err

@@ -386,7 +386,7 @@ func installRunner(ctx context.Context, l *Loaded, p *runner.Platform, v string,
 	pr, err := runner.Prepare(ctx, t, &in, rel, l.Charts(v), l.Manifests(v))
 	if err != nil {
 		var ie *render.RunnerInputError
-		if errors.As(err, &ie) {
+		if errors.As(err, &ie) || render.IsInputError(err) {
 			return nil, inputErr(err)
 		}
 		return nil, err

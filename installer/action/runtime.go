@@ -534,8 +534,7 @@ func installRuntime(ctx context.Context, l *Loaded, p *runtime.Platform, v strin
 	in.Spec.Version = v
 	pr, err := runtime.Prepare(ctx, t, &in, rel, chart, l.Manifests(v))
 	if err != nil {
-		var ie *render.RuntimeInputError
-		if errors.As(err, &ie) {
+		if render.IsInputError(err) {
 			return nil, inputErr(err)
 		}
 		return nil, err
@@ -551,7 +550,7 @@ func runtimeErr(err error) error {
 	var ie *runtime.InputError
 	var nf *runtime.NotFoundError
 	var ae *configrepo.AuthError
-	if errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &nf) || errors.As(err, &ae) {
+	if errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &nf) || errors.As(err, &ae) || render.IsInputError(err) {
 		return inputErr(err)
 	}
 	return err

@@ -235,6 +235,14 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	if repoURL, _, _ := unstructured.NestedString(app.Object, "spec", "source", "repoURL"); repoURL != appsURL {
 		t.Errorf("Application source %q", repoURL)
 	}
+	// As the upstream runtime expects it: in the runtime's project, which
+	// exists, labelled as a Git source.
+	if project, _, _ := unstructured.NestedString(app.Object, "spec", "project"); project != "codefresh" || app.GetLabels()[runtime.LabelEntity] != runtime.EntityGitSource {
+		t.Errorf("Application project %q, labels %v", project, app.GetLabels())
+	}
+	if _, err := dc.Resource(runtime.AppProjects).Namespace("codefresh").Get(ctx, "codefresh", metav1.GetOptions{}); err != nil {
+		t.Errorf("the runtime's AppProject: %v", err)
+	}
 	if _, err := (&GitSourceAdd{Target: target, Source: runtime.GitSourceOptions{Runtime: "codefresh", Name: "nowhere",
 		Repository: config.GitRepository{URL: git.URL + "/missing.git"}}}).Run(ctx); err == nil {
 		t.Error("a git source in a repository that does not exist was accepted")

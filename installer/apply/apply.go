@@ -21,6 +21,7 @@ import (
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -377,11 +378,13 @@ func newJob(c *render.Component, namespace string) (*job, error) {
 // Manifest is the YAML stream of a component's objects that its Helm
 // release holds. Namespace objects are left out: the installer applies the
 // namespace itself, so that uninstalling a release never deletes it (nor
-// the volumes and secrets in it).
+// the volumes and secrets in it). So are the CustomResourceDefinitions of
+// the chart's crds/ folders (Component.ChartCRDs), which Helm installs
+// itself before a first install.
 func Manifest(c *render.Component) (string, error) {
 	var b bytes.Buffer
 	for _, o := range c.Objects {
-		if isNamespace(o) {
+		if isNamespace(o) || (o.GetKind() == "CustomResourceDefinition" && slices.Contains(c.ChartCRDs, o.GetName())) {
 			continue
 		}
 		data, err := yaml.Marshal(o.Object)

@@ -306,7 +306,9 @@ func (h *HelmReleases) chart(c *render.Component) (*chartv2.Chart, error) {
 		}}, nil
 	}
 	if c.Loaded != nil {
-		return c.Loaded, nil
+		// Helm processes the chart's dependencies in place: a copy keeps
+		// the loaded chart renderable with other values.
+		return charts.Clone(c.Loaded), nil
 	}
 	fsys := h.charts
 	if fsys == nil {

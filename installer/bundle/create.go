@@ -19,6 +19,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"sigs.k8s.io/yaml"
 
 	"onprem.dev/onprem/charts"
@@ -59,6 +61,12 @@ type CreateOptions struct {
 	// runtime.repository: a mirror of it (oci://HOST/PATH or an https
 	// Helm repository).
 	RuntimeChartRepository string
+	// RenderedImages, when set, returns every image the release's charts
+	// render with its values (render.ReleaseImages), given the runtime
+	// chart the bundle carries (nil without one): the bundle carries them
+	// all, the release's images and, named by their reference, the ones
+	// an upstream chart runs by itself. Without it, the release's images.
+	RenderedImages func(ctx context.Context, runtimeChart *chartv2.Chart) ([]string, error)
 	// SigningKey signs the checksums (optional).
 	SigningKey ed25519.PrivateKey
 	// Concurrency bounds the images resolved at once (default 4).
@@ -153,6 +161,24 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 		// The fetched chart is the one carried, not a folder of the same
 		// name in the charts tree.
 		chartNames = slices.DeleteFunc(chartNames, func(n string) bool { return n == rel.Runtime.Chart })
+	}
+
+	if opts.RenderedImages != nil {
+		var ch *chartv2.Chart
+		if runtimeChart != nil {
+			if ch, err = loader.LoadArchive(bytes.NewReader(runtimeChart.archive.Data)); err != nil {
+				return nil, fmt.Errorf("create bundle: the runtime chart: %w", err)
+			}
+		}
+		refs, err := opts.RenderedImages(ctx, ch)
+		if err != nil {
+			return nil, fmt.Errorf("create bundle: %w", err)
+		}
+		withRendered := *rel
+		if withRendered.Images, err = CarriedImages(rel, refs, opts.PlatformImages); err != nil {
+			return nil, fmt.Errorf("create bundle: %w", err)
+		}
+		rel = &withRendered
 	}
 
 	slog.Info("bundle: resolving images", "release", rel.Version, "images", len(rel.Images))
@@ -499,4 +525,37 @@ func resolveImage(ctx context.Context, src Source, img release.Image, platformIm
 		r.blobs = append(r.blobs, blob{digest: l.Digest, size: l.Size, open: layer.Compressed})
 	}
 	return r, nil
+}
+
+// CarriedImages is the release's images and, after them, every rendered
+// reference that is none of them: an image an upstream chart runs by
+// itself (the runtime chart's), named by its reference and marked with
+// the runtime chart that brought it.
+func CarriedImages(rel *release.Release, refs []string, platformImages string) ([]release.Image, error) {
+	out := slices.Clone(rel.Images)
+	have := map[string]bool{}
+	for _, img := range rel.Images {
+		have[images.Repository(img, platformImages)+":"+img.Tag] = true
+		if img.Chart != "" {
+			// Already carried (a bundle's release made again): named by
+			// the reference the chart renders, wherever it is taken from.
+			have[img.Name] = true
+		}
+	}
+	chart := ""
+	if rel.Runtime != nil {
+		chart = rel.Runtime.Chart + "-" + rel.Runtime.ChartVersion
+	}
+	for _, ref := range refs {
+		repo, tag, digest := images.SplitReference(ref)
+		if have[repo+":"+tag] || have[ref] {
+			continue
+		}
+		if tag == "" {
+			return nil, fmt.Errorf("image %s, which the charts render, names no tag: a bundle carries images by tag", ref)
+		}
+		have[ref] = true
+		out = append(out, release.Image{Name: ref, Repository: repo, Tag: tag, Digest: digest, Chart: chart})
+	}
+	return out, nil
 }

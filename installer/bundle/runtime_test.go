@@ -12,12 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/registry"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/chartfetch"
+	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
 )
 
@@ -78,12 +80,14 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 	digest := "sha256:" + hex.EncodeToString(sum[:])
 
 	rel := *f.rel
-	runtimeImage := rel.Images[len(rel.Images)-1].Name
+	// An image the runtime chart runs by itself: no release image, found
+	// in the chart's render.
+	runtimeImage := f.srcHost + "/argoproj/argocd:v3.1.9"
+	f.byRef[runtimeImage] = imageOf(t, randomLayer(t, 4<<10, 999))
 	// The release names the upstream repository, which the test cannot
 	// reach: the bundle is made from the mirror.
 	rel.Runtime = &release.RemoteChart{
 		Chart: name, ChartVersion: version, Repository: "oci://charts.example.invalid/upstream",
-		Images: []release.ChartImage{{Image: runtimeImage, Repository: "argo-cd.global.image.repository", Tag: "argo-cd.global.image.tag"}},
 		Contract: map[string]string{
 			release.ContractRuntimeName: "global.runtime.name", release.ContractPlatformURL: "global.codefresh.url",
 			release.ContractAccountID: "global.codefresh.accountId", release.ContractPlatformToken: "global.codefresh.userToken.secretKeyRef",
@@ -97,9 +101,23 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 		Release: &rel, Output: out, Source: f.memorySource(), PlatformImages: f.platformImages,
 		RuntimeChartRepository: "oci://" + f.srcHost + "/charts",
 		RuntimeChart:           chartfetch.Options{PlainHTTP: true, CacheDir: filepath.Join(t.TempDir(), "cache")},
+		RenderedImages: func(_ context.Context, ch *chartv2.Chart) ([]string, error) {
+			if ch == nil || ch.Metadata.Name != name || ch.Metadata.Version != version {
+				t.Errorf("RenderedImages was given %v, want the runtime chart fetched", ch)
+			}
+			refs := []string{runtimeImage}
+			for _, img := range f.rel.Images {
+				refs = append(refs, images.Repository(img, f.platformImages)+":"+img.Tag)
+			}
+			return refs, nil
+		},
 	}
-	if _, err := Create(ctx, opts); err != nil {
+	res, err := Create(ctx, opts)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if res.Images != len(f.rel.Images)+1 {
+		t.Errorf("%d images, want the release's %d and the runtime's own", res.Images, len(f.rel.Images))
 	}
 	if rel.Runtime.Digest != "" {
 		t.Error("Create changed the caller's release")
@@ -111,7 +129,7 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 	}
 	defer b.Close()
 	rc := b.Release().Runtime
-	if rc == nil || rc.Digest != digest || rc.Repository != rel.Runtime.Repository || rc.ChartVersion != version || len(rc.Images) != 1 || rc.Images[0] != rel.Runtime.Images[0] || rc.Contract[release.ContractRuntimeName] != "global.runtime.name" {
+	if rc == nil || rc.Digest != digest || rc.Repository != rel.Runtime.Repository || rc.ChartVersion != version || rc.Contract[release.ContractRuntimeName] != "global.runtime.name" {
 		t.Fatalf("the bundle's runtime: %+v, want digest %s", rc, digest)
 	}
 	ch, err := charts.LoadFrom(b.Charts(), name)
@@ -125,9 +143,19 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 	if err != nil || !bytes.Contains(got, []byte("{{ .Values.images.argocd }}")) {
 		t.Errorf("templates/deployment.yaml: %v\n%s", err, got)
 	}
-	// The runtime's images are release images: the bundle has them.
+	// The image the runtime chart renders is carried, named by its
+	// reference, pinned, marked with the chart that brought it.
 	if _, err := b.Image(runtimeImage); err != nil {
 		t.Errorf("runtime image %s: %v", runtimeImage, err)
+	}
+	var carried *release.Image
+	for i, img := range b.Release().Images {
+		if img.Name == runtimeImage {
+			carried = &b.Release().Images[i]
+		}
+	}
+	if carried == nil || carried.Chart != name+"-"+version || carried.Digest == "" || carried.Repository != f.srcHost+"/argoproj/argocd" || carried.Tag != "v3.1.9" {
+		t.Errorf("the runtime's image in the bundle's release: %+v", carried)
 	}
 	// Inspect lists it among the embedded charts.
 	in, err := b.Inspect()
@@ -172,7 +200,7 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 	// A component whose chart has the runtime chart's name cannot be
 	// carried beside it.
 	clash := rel
-	clash.Runtime = &release.RemoteChart{Chart: rel.Components[0].Chart, ChartVersion: version, Repository: rel.Runtime.Repository, Images: rel.Runtime.Images}
+	clash.Runtime = &release.RemoteChart{Chart: rel.Components[0].Chart, ChartVersion: version, Repository: rel.Runtime.Repository}
 	opts.Release, opts.Output = &clash, filepath.Join(dir, "clash.bundle")
 	if _, err := Create(ctx, opts); err == nil || !strings.Contains(err.Error(), "runtime chart") {
 		t.Errorf("chart name clash: %v", err)

@@ -224,10 +224,23 @@ const (
 
 // RuntimeAccess is how the platform reaches a runtime.
 type RuntimeAccess struct {
-	Mode      string `json:"mode,omitempty" enum:"ingress,tunnel,url" doc:"ingress: the runtime's chart creates an Ingress on its cluster; tunnel: no Ingress, the chart's tunnel client connects out; url: no Ingress, the operator routes url to the runtime. Default: ingress."`
+	Mode      string `json:"mode,omitempty" enum:"ingress,tunnel,url" doc:"ingress: the runtime's chart creates an Ingress on its cluster; tunnel: no Ingress, the chart's tunnel client connects out to tunnelServer; url: no Ingress, the operator routes url to the runtime. Default: ingress."`
 	Host      string `json:"host,omitempty" doc:"Host name of the runtime's Ingress. Default: NAME.runtimes.DOMAIN (the runtime's name under spec.domain)."`
 	ClassName string `json:"className,omitempty" doc:"IngressClass of the runtime's Ingress. Default: the platform's (spec.ingress.className)."`
 	URL       string `json:"url,omitempty" doc:"With mode url: the https URL the platform reaches the runtime at."`
+	// TunnelServer is required with mode tunnel: onprem never lets a
+	// runtime connect to the vendor's hosted tunnel server, which the
+	// chart defaults to and an air-gapped cluster cannot reach.
+	TunnelServer TunnelServer `json:"tunnelServer,omitempty" doc:"With mode tunnel (required then): the tunnel server the runtime's tunnel client connects to, one of yours, not the vendor's hosted one."`
+}
+
+// TunnelServer is a tunnel server (an frp server) that a runtime's tunnel
+// client registers with, and that serves each runtime to the platform at
+// ACCOUNT-NAME.SUBDOMAINHOST.
+type TunnelServer struct {
+	Host          string `json:"host,omitempty" doc:"Host name where the runtime's tunnel client registers (the frp server's address), reachable from the runtime's cluster."`
+	Port          int    `json:"port,omitempty" doc:"Port of host. Default: 443."`
+	SubdomainHost string `json:"subdomainHost,omitempty" doc:"Domain under which the tunnel server serves the runtimes (ACCOUNT-NAME.SUBDOMAINHOST), reachable from the platform."`
 }
 
 // SecretSource says where a secret value is read from at run time.

@@ -290,6 +290,20 @@ func TestValidateRules(t *testing.T) {
 			`spec.runtimes[1].access.url: required: the https URL the platform reaches the runtime at, e.g. https://edge.example.com`,
 			`spec.runtimes[2].access.host: "Not_A_Host" is not a host name: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
 			`spec.runtimes[2].access.url: only used with mode url; set mode: url, or remove url`}},
+		{"tunnel mode needs a tunnel server of the operator's", func(in *Installation) {
+			in.Spec.Runtimes = []Runtime{
+				{Name: "a", Namespace: "a", GitToken: SecretSource{Env: "T"}, Access: RuntimeAccess{Mode: "tunnel"}},
+				{Name: "b", Namespace: "b", GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Context: "b"}, Access: RuntimeAccess{Mode: "tunnel", TunnelServer: TunnelServer{Host: "Reg_Tunnels", Port: 70000, SubdomainHost: "tunnels.example.com"}}},
+				{Name: "c", Namespace: "c", GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Context: "c"}, Access: RuntimeAccess{TunnelServer: TunnelServer{Host: "register.tunnels.example.com"}}},
+				{Name: "d", Namespace: "d", GitToken: SecretSource{Env: "T"}, Cluster: ClusterRef{Context: "d"}, Access: RuntimeAccess{Mode: "tunnel", TunnelServer: TunnelServer{Host: "register.tunnels.example.com", SubdomainHost: "tunnels.example.com"}}},
+			}
+			in.Spec.RuntimeConfig = RuntimeConfig{Repository: GitRepository{URL: "https://git.example.com/c.git"}, ConfigRuntime: "a", AccountID: "acc", PlatformToken: SecretSource{Env: "PT"}}
+		}, []string{
+			`spec.runtimes[0].access.tunnelServer.host: required: mode tunnel needs a tunnel server of yours (an frp server): the host the runtime's tunnel client registers with, reachable from the runtime's cluster, e.g. tunnels-register.example.com; onprem does not use the vendor's hosted one`,
+			`spec.runtimes[0].access.tunnelServer.subdomainHost: required: mode tunnel needs a tunnel server of yours (an frp server): the domain under which it serves each runtime as ACCOUNT-NAME.SUBDOMAINHOST, reachable from the platform, e.g. tunnels.example.com; onprem does not use the vendor's hosted one`,
+			`spec.runtimes[1].access.tunnelServer.host: "Reg_Tunnels" is not a valid DNS subdomain: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`,
+			`spec.runtimes[1].access.tunnelServer.port: 70000 is not a port (valid: 1 to 65535; default 443)`,
+			`spec.runtimes[2].access.tunnelServer: only used with mode tunnel; set mode: tunnel, or remove tunnelServer`}},
 		{"managed clusters", func(in *Installation) {
 			in.Spec.Runtimes = []Runtime{{Name: "a", Namespace: "a", GitToken: SecretSource{Env: "T"}, ManagedClusters: []ManagedCluster{
 				{Name: "x", Cluster: ClusterRef{Context: "x"}}, {Name: "x", Cluster: ClusterRef{Context: "y"}}, {Cluster: ClusterRef{Context: "z"}},

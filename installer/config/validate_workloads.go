@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,6 +132,7 @@ func (v *validator) runtimeAccess(path string, a RuntimeAccess) {
 		if a.URL != "" || a.Host != "" || a.ClassName != "" {
 			v.c.add(path, "remove host, className and url, or use mode ingress or url", "mode tunnel has no Ingress and no URL")
 		}
+		v.tunnelServer(path+".tunnelServer", a.TunnelServer)
 	case RuntimeAccessURL:
 		if a.URL == "" {
 			v.required(path+".url", "the https URL the platform reaches the runtime at, e.g. https://edge.example.com")
@@ -141,6 +143,9 @@ func (v *validator) runtimeAccess(path string, a RuntimeAccess) {
 		if a.Host != "" || a.ClassName != "" {
 			v.c.add(path, "remove host and className, or use mode ingress", "mode url has no Ingress")
 		}
+	}
+	if a.Mode != RuntimeAccessTunnel && a.TunnelServer != (TunnelServer{}) {
+		v.c.add(path+".tunnelServer", "set mode: tunnel, or remove tunnelServer", "only used with mode tunnel")
 	}
 	// Any other mode: the enum check names it.
 	if a.Host != "" {
@@ -234,5 +239,26 @@ func (v *validator) runtimeConfig(s *Spec) {
 	case !slices.Contains(names, rc.ConfigRuntime):
 		v.c.add(path+".configRuntime", didYouMean(rc.ConfigRuntime, names),
 			"%q is not one of the runtimes (valid: %s)", rc.ConfigRuntime, quoteList(names))
+	}
+}
+
+// tunnelServer checks the tunnel server of a runtime in mode tunnel. It
+// is required: the chart's default is the vendor's hosted server, which
+// onprem never uses (a cluster with no internet cannot reach it, and a
+// platform behind a firewall must not be served through it).
+func (v *validator) tunnelServer(path string, t TunnelServer) {
+	const what = "mode tunnel needs a tunnel server of yours (an frp server): %s; onprem does not use the vendor's hosted one"
+	if t.Host == "" {
+		v.required(path+".host", fmt.Sprintf(what, "the host the runtime's tunnel client registers with, reachable from the runtime's cluster, e.g. tunnels-register.example.com"))
+	} else {
+		v.check(path+".host", checkDNSSubdomain(t.Host), "")
+	}
+	if t.SubdomainHost == "" {
+		v.required(path+".subdomainHost", fmt.Sprintf(what, "the domain under which it serves each runtime as ACCOUNT-NAME.SUBDOMAINHOST, reachable from the platform, e.g. tunnels.example.com"))
+	} else {
+		v.check(path+".subdomainHost", checkDNSSubdomain(t.SubdomainHost), "")
+	}
+	if t.Port != 0 && len(validation.IsValidPortNum(t.Port)) > 0 {
+		v.c.add(path+".port", "", "%d is not a port (valid: 1 to 65535; default 443)", t.Port)
 	}
 }

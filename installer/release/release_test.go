@@ -178,9 +178,9 @@ func TestRunnerSectionIsValidated(t *testing.T) {
 	}
 }
 
-// The runtime's contract and image paths: unknown keys, missing required
-// keys, malformed paths, an image at no path or at two kinds of path, and
-// a path written twice are each named.
+// The runtime's contract and pull-Secret paths: unknown keys, missing
+// required keys (with the chart version they are missing for), malformed
+// paths, an unknown format and a path written twice are each named.
 func TestRuntimeSectionIsValidated(t *testing.T) {
 	runtime := `runtime:
   chart: gitops-runtime
@@ -191,32 +191,25 @@ func TestRuntimeSectionIsValidated(t *testing.T) {
     platformUrl: global.codefresh.url
     accountID: global..accountId
     gitPassword: global.runtime.name
-  images:
-    - {image: web}
-    - {image: web, reference: a.ref, tag: a.tag}
-    - {image: web, repository: b.repo}
-    - {image: nowhere, repository: c.repo, tag: c.tag}
-    - {image: web, repository: c.repo, tag: c.tag}
+  pullSecrets:
+    - {path: a..b, format: references}
+    - {path: global.runtime.name, format: names}
+    - {path: c.pull, format: strings}
 migrations:`
 	_, err := Parse([]byte(strings.Replace(malformed, "migrations:", runtime, 1)))
 	for _, want := range []string{
 		`runtime.contract.platformUrl: not a contract key (valid: runtimeName, platformURL,`,
 		`runtime.contract.accountID: "global..accountId" is not a values path`,
 		`runtime.contract.runtimeName: values path global.runtime.name is also written by runtime.contract.gitPassword`,
-		`runtime.contract.platformURL: required`,
+		`runtime.contract.platformURL: required: the values path where chart gitops-runtime 1.0.0 reads the platformURL`,
 		`runtime.contract.platformToken: required`,
-		`runtime.images[0]: where the chart reads image "web" is required`,
-		`runtime.images[1]: give reference alone, or repository and tag (and registry), not both`,
-		`runtime.images[2].tag: required with repository`,
-		`runtime.images[3].image: "nowhere" is not in images`,
-		`runtime.images[4]: values path c.repo is also written by runtime.images[3]`,
+		`runtime.pullSecrets[0].path: "a..b" is not a values path`,
+		`runtime.pullSecrets[1]: values path global.runtime.name is also written by`,
+		`runtime.pullSecrets[2].format: "strings" is not references ([{name: NAME}]) or names ([NAME])`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
-	}
-	if err != nil && strings.Contains(err.Error(), "c.tag is also written") {
-		t.Errorf("a shared tag path reported: %v", err)
 	}
 }
 

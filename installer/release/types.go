@@ -58,8 +58,9 @@ type Release struct {
 	// Runtime is the GitOps runtime's chart (Argo CD, Workflows, Rollouts,
 	// Events and app-proxy): an upstream chart in a remote chart
 	// repository, fetched with the Helm SDK ('onprem runtime install' or
-	// spec.runtimes[]; installer/runtime). Bundles carry the chart and its
-	// images.
+	// spec.runtimes[]; installer/runtime). Its images are the ones its
+	// render holds with the release's values (render.ReleaseImages), not a
+	// list kept here; bundles carry the chart and those images.
 	Runtime    *RemoteChart `json:"runtime,omitempty"`
 	Migrations []Migration  `json:"migrations,omitempty"`
 }
@@ -83,37 +84,28 @@ type RemoteChart struct {
 	// here, per release, so that a chart version that moves a value needs
 	// a new manifest, not new code.
 	Contract map[string]string `json:"contract,omitempty"`
-	// Images says where the chart reads each of its images: a release
-	// image written at one path as a full reference, or split into
-	// registry, repository and tag paths the way the chart's subcharts
-	// expect.
-	Images []ChartImage `json:"images"`
+	// PullSecrets are the chart's values paths that take image pull
+	// Secrets, each in its format: with spec.registry.pullSecret, onprem
+	// writes that Secret's name at every one (the pods of templates that
+	// read none get it from the post-render).
+	PullSecrets []ValuesList `json:"pullSecrets,omitempty"`
 	// Values is the release's layer of the chart's values.
 	Values map[string]any `json:"values,omitempty"`
 }
 
-// ChartImage is where a chart reads one release image. Either Reference
-// (the whole reference, repository:tag[@digest]) or Repository is set;
-// with Repository, Tag receives the tag (tag@digest when pinned) and
-// Registry, when set, the registry host, Repository then getting the path
-// under it. Several images may share a Tag path when they share the tag.
-type ChartImage struct {
-	Image      string `json:"image"`
-	Reference  string `json:"reference,omitempty"`
-	Registry   string `json:"registry,omitempty"`
-	Repository string `json:"repository,omitempty"`
-	Tag        string `json:"tag,omitempty"`
-}
+// Formats of a ValuesList.
+const (
+	// ListOfReferences: [{name: NAME}], as a pod's imagePullSecrets.
+	ListOfReferences = "references"
+	// ListOfNames: [NAME].
+	ListOfNames = "names"
+)
 
-// Paths are the values paths the entry writes.
-func (c ChartImage) Paths() []string {
-	var out []string
-	for _, p := range []string{c.Reference, c.Registry, c.Repository, c.Tag} {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+// ValuesList is a values path that takes a list of names, and the list's
+// format (ListOfReferences or ListOfNames).
+type ValuesList struct {
+	Path   string `json:"path"`
+	Format string `json:"format"`
 }
 
 // The keys of RemoteChart.Contract: what onprem fills in for a GitOps
@@ -133,6 +125,9 @@ const (
 	ContractIngressProtocol = "ingressProtocol"
 	ContractIngressURL      = "ingressURL"
 	ContractTunnelEnabled   = "tunnelEnabled"
+	ContractTunnelServer    = "tunnelServerHost"
+	ContractTunnelPort      = "tunnelServerPort"
+	ContractTunnelSubdomain = "tunnelSubdomainHost"
 	ContractNodeSelector    = "nodeSelector"
 	ContractTolerations     = "tolerations"
 	ContractHTTPProxy       = "httpProxy"
@@ -147,7 +142,8 @@ var (
 	RuntimeContractKeys = []string{
 		ContractRuntimeName, ContractPlatformURL, ContractAccountID, ContractPlatformToken, ContractPlatformCA,
 		ContractConfigRuntime, ContractGitUsername, ContractGitPassword, ContractIngressEnabled, ContractIngressClass,
-		ContractIngressHosts, ContractIngressProtocol, ContractIngressURL, ContractTunnelEnabled, ContractNodeSelector,
+		ContractIngressHosts, ContractIngressProtocol, ContractIngressURL, ContractTunnelEnabled, ContractTunnelServer,
+		ContractTunnelPort, ContractTunnelSubdomain, ContractNodeSelector,
 		ContractTolerations, ContractHTTPProxy, ContractHTTPSProxy, ContractNoProxy,
 	}
 	RequiredContractKeys = []string{ContractRuntimeName, ContractPlatformURL, ContractAccountID, ContractPlatformToken, ContractGitPassword}
@@ -176,6 +172,13 @@ type Image struct {
 	// manifests may leave it empty until the release is published.
 	Digest   string `json:"digest,omitempty"`
 	Platform bool   `json:"platform,omitempty"`
+	// Chart, on an image of a bundle's release manifest, names the chart
+	// (NAME-VERSION) whose render brought it: an image an upstream chart
+	// runs by itself (the runtime chart's, with the release's values),
+	// which bundle create finds in the chart's render and carries. The
+	// release's own images, which the charts take from their values,
+	// have none.
+	Chart string `json:"chart,omitempty"`
 }
 
 // Component is one Helm release of the platform.

@@ -164,35 +164,7 @@ func (r *Release) Validate() error {
 		if rc.Digest != "" && !digestRE.MatchString(rc.Digest) {
 			bad("runtime.digest: %q is not sha256:<64 hex digits>", rc.Digest)
 		}
-		if len(rc.Images) == 0 {
-			bad("runtime.images: the runtime needs at least one image")
-		}
 		written := map[string]string{}
-		for i, ci := range rc.Images {
-			p := fmt.Sprintf("runtime.images[%d]", i)
-			if !images[ci.Image] {
-				bad("%s.image: %q is not in images", p, ci.Image)
-			}
-			switch {
-			case ci.Reference != "" && (ci.Repository != "" || ci.Registry != "" || ci.Tag != ""):
-				bad("%s: give reference alone, or repository and tag (and registry), not both", p)
-			case ci.Reference == "" && ci.Repository == "":
-				bad("%s: where the chart reads image %q is required: reference, or repository and tag", p, ci.Image)
-			case ci.Repository != "" && ci.Tag == "":
-				bad("%s.tag: required with repository (the values path of the image's tag)", p)
-			}
-			for _, path := range ci.Paths() {
-				if bad1 := checkValuesPath(path); bad1 != "" {
-					bad("%s: %s", p, bad1)
-				}
-				// A tag path may be shared (subcharts with one tag for
-				// several images); any other path is written once.
-				if other, dup := written[path]; dup && path != ci.Tag {
-					bad("%s: values path %s is also written by %s", p, path, other)
-				}
-				written[path] = p
-			}
-		}
 		known := map[string]bool{}
 		for _, k := range RuntimeContractKeys {
 			known[k] = true
@@ -211,8 +183,21 @@ func (r *Release) Validate() error {
 		}
 		for _, k := range RequiredContractKeys {
 			if rc.Contract[k] == "" {
-				bad("runtime.contract.%s: required (the chart's values path of the %s)", k, k)
+				bad("runtime.contract.%s: required: the values path where chart %s %s reads the %s (onprem fills in a chart version through its contract only)", k, rc.Chart, rc.ChartVersion, k)
 			}
+		}
+		for i, ps := range rc.PullSecrets {
+			p := fmt.Sprintf("runtime.pullSecrets[%d]", i)
+			if why := checkValuesPath(ps.Path); why != "" {
+				bad("%s.path: %s", p, why)
+			}
+			if ps.Format != ListOfReferences && ps.Format != ListOfNames {
+				bad("%s.format: %q is not %s ([{name: NAME}]) or %s ([NAME])", p, ps.Format, ListOfReferences, ListOfNames)
+			}
+			if other, dup := written[ps.Path]; dup {
+				bad("%s: values path %s is also written by %s", p, ps.Path, other)
+			}
+			written[ps.Path] = p
 		}
 	}
 

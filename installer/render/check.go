@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
+	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/credentials"
 )
 
@@ -45,11 +46,62 @@ type Problem struct {
 	Component string `json:"component"`
 	Object    string `json:"object"` // Kind/name
 	Rule      string `json:"rule"`
-	Message   string `json:"message"`
+	// Field is where in the object the rule breaks (a pod's field, for
+	// the Pod Security rules), when the rule is about one.
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+	// Fix says what would satisfy the rule, when it is not plain from
+	// the message.
+	Fix string `json:"fix,omitempty"`
 }
 
 func (p Problem) String() string {
-	return fmt.Sprintf("%s: %s: [%s] %s", p.Component, p.Object, p.Rule, p.Message)
+	s := fmt.Sprintf("%s: %s: [%s] ", p.Component, p.Object, p.Rule)
+	if p.Field != "" {
+		s += p.Field + ": "
+	}
+	s += p.Message
+	if p.Fix != "" {
+		s += " (fix: " + p.Fix + ")"
+	}
+	return s
+}
+
+// CheckError is a render that breaks the rules (Check): nothing was
+// applied. The operator fixes it in what they gave (--set, an overlay,
+// the runtime chart's values).
+type CheckError struct{ Problems []Problem }
+
+func (e *CheckError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "the rendered objects break %d rule(s) that the cluster or the platform enforces; nothing was applied:", len(e.Problems))
+	for _, p := range e.Problems {
+		b.WriteString("\n  " + p.String())
+	}
+	return b.String()
+}
+
+// Verify runs Check and turns its problems into a *CheckError (an input
+// error: exit 2), nil when there are none. Install, upgrade and runtime
+// and runner installs call it before anything is applied.
+func Verify(res *Result, opts CheckOptions) error {
+	if ps := Check(res, opts); len(ps) > 0 {
+		return &CheckError{Problems: ps}
+	}
+	return nil
+}
+
+// CheckOptionsFor is what an installation's objects are checked against:
+// with a private registry, every image comes from it.
+func CheckOptionsFor(in *config.Installation) CheckOptions {
+	var o CheckOptions
+	if reg := in.Spec.Registry; reg.Host != "" {
+		o.RegistryPrefix = strings.TrimSuffix(reg.Host, "/")
+		if p := strings.Trim(reg.PathPrefix, "/"); p != "" {
+			o.RegistryPrefix += "/" + p
+		}
+	}
+	return o
 }
 
 // CheckOptions tunes Check.
@@ -75,12 +127,19 @@ var typedScheme = func() *runtime.Scheme {
 	return s
 }()
 
-// Check applies the platform's rules to every rendered object: it decodes
-// into its typed Kubernetes object with no unknown field; no two objects
-// share kind/namespace/name; every container has probes, resources and the
-// restricted security context (but for the listed exceptions); images come
-// from the configured registry (and are pinned, when asked); every service
-// with a database has its own credentials.
+// Check applies the rules to every rendered object: it decodes into its
+// typed Kubernetes object with no unknown field; no two objects share
+// kind/namespace/name; every pod meets the restricted Pod Security
+// Standard, as the admission controller of the namespace judges it
+// (k8s.io/pod-security-admission; but for the listed user-namespace
+// exceptions, which run in a namespace of their own); images come from the
+// configured registry (and are pinned, when asked). The charts onprem
+// writes meet the platform's own rules too: every container has probes,
+// resources, a read-only root and the restricted security context, every
+// service with a database has its own credentials. An upstream chart (a
+// GitOps runtime's) is held to the Pod Security Standard, the typed
+// decoding of the kinds Kubernetes knows (its custom resources are the
+// API server's to check) and the registry rules.
 func Check(res *Result, opts CheckOptions) []Problem {
 	var out []Problem
 	seen := map[string]string{}
@@ -90,6 +149,7 @@ func Check(res *Result, opts CheckOptions) []Problem {
 		planned[s.Name] = true
 	}
 	for _, c := range res.Components {
+		upstream := c.Group == RuntimeGroup
 		for _, o := range c.Objects {
 			id := o.GetKind() + "/" + o.GetName()
 			add := func(rule, format string, a ...any) {
@@ -100,12 +160,30 @@ func Check(res *Result, opts CheckOptions) []Problem {
 				add("unique", "also rendered by component %s", other)
 			}
 			seen[key] = c.Name
+			if upstream && !typedScheme.Recognizes(o.GroupVersionKind()) {
+				continue
+			}
 			if err := decodeStrict(o); err != nil {
 				add("typed", "%v", err)
 				continue
 			}
 			pod, ok := podSpecOf(o)
 			if !ok {
+				continue
+			}
+			meta, field := podMetaOf(o)
+			var excepted bool
+			for _, ct := range append(append([]corev1.Container(nil), pod.InitContainers...), pod.Containers...) {
+				excepted = excepted || exceptedFrom(UserNamespaces, c.Name, c.Chart, ct.Name)
+			}
+			if !excepted {
+				for _, p := range restrictedProblems(pss(upstream), meta, pod, field) {
+					p.Component, p.Object = c.Name, id
+					out = append(out, p)
+				}
+			}
+			if upstream {
+				checkImages(pod, opts, add)
 				continue
 			}
 			checkPod(c.Name, c.Chart, pod, opts, add)
@@ -124,6 +202,11 @@ func Check(res *Result, opts CheckOptions) []Problem {
 			continue
 		}
 		if pod, ok := podSpecOf(t.Job); ok {
+			meta, field := podMetaOf(t.Job)
+			for _, p := range restrictedProblems(pss(false), meta, pod, field) {
+				p.Component, p.Object = TaskComponent, id
+				out = append(out, p)
+			}
 			checkPod(TaskComponent, "", pod, opts, add)
 		}
 	}
@@ -175,9 +258,9 @@ func podSpecOf(o *unstructured.Unstructured) (*corev1.PodSpec, bool) {
 	return &spec, true
 }
 
-// excepted reports whether list names the container, by its component or
-// by the component's chart.
-func excepted(list map[string]string, component, chart, container string) bool {
+// exceptedFrom reports whether list names the container, by its
+// component or by the component's chart.
+func exceptedFrom(list map[string]string, component, chart, container string) bool {
 	for _, who := range []string{component, chart} {
 		if who == "" {
 			continue
@@ -196,21 +279,13 @@ func checkPod(component, chart string, pod *corev1.PodSpec, opts CheckOptions, a
 	if psc == nil {
 		psc = &corev1.PodSecurityContext{}
 	}
+	checkImages(pod, opts, add)
 	all := append(append([]corev1.Container(nil), pod.InitContainers...), pod.Containers...)
 	for i, ct := range all {
 		init := i < len(pod.InitContainers)
 		name := ct.Name
-		if ct.Image == "" {
-			add("image", "container %s has no image", name)
-		}
-		if opts.RegistryPrefix != "" && !strings.HasPrefix(ct.Image, strings.TrimSuffix(opts.RegistryPrefix, "/")+"/") {
-			add("registry", "container %s image %s is not from %s", name, ct.Image, opts.RegistryPrefix)
-		}
-		if opts.RequireDigests && !strings.Contains(ct.Image, "@sha256:") {
-			add("digest", "container %s image %s is not pinned by digest", name, ct.Image)
-		}
-		userns := excepted(UserNamespaces, component, chart, name)
-		if !init && !excepted(NoProbes, component, chart, name) {
+		userns := exceptedFrom(UserNamespaces, component, chart, name)
+		if !init && !exceptedFrom(NoProbes, component, chart, name) {
 			if ct.LivenessProbe == nil {
 				add("probes", "container %s has no liveness probe", name)
 			}
@@ -258,8 +333,25 @@ func checkPod(component, chart string, pod *corev1.PodSpec, opts CheckOptions, a
 		if !userns && apparmor != nil && apparmor.Type == corev1.AppArmorProfileTypeUnconfined {
 			add("security", "container %s runs without AppArmor (Unconfined)", name)
 		}
-		if !excepted(WritableRoot, component, chart, name) && (sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem) {
+		if !exceptedFrom(WritableRoot, component, chart, name) && (sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem) {
 			add("security", "container %s has a writable root filesystem", name)
+		}
+	}
+}
+
+// checkImages checks every container's image: present, from the
+// configured registry, pinned when asked.
+func checkImages(pod *corev1.PodSpec, opts CheckOptions, add func(rule, format string, a ...any)) {
+	for _, ct := range append(append([]corev1.Container(nil), pod.InitContainers...), pod.Containers...) {
+		name := ct.Name
+		if ct.Image == "" {
+			add("image", "container %s has no image", name)
+		}
+		if opts.RegistryPrefix != "" && !strings.HasPrefix(ct.Image, strings.TrimSuffix(opts.RegistryPrefix, "/")+"/") {
+			add("registry", "container %s image %s is not from %s", name, ct.Image, opts.RegistryPrefix)
+		}
+		if opts.RequireDigests && !strings.Contains(ct.Image, "@sha256:") {
+			add("digest", "container %s image %s is not pinned by digest", name, ct.Image)
 		}
 	}
 }

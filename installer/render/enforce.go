@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	psaapi "k8s.io/pod-security-admission/api"
-	psapolicy "k8s.io/pod-security-admission/policy"
 
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/quote"
@@ -43,16 +42,6 @@ func podTemplatePathOf(kind string) []string {
 	}
 	return nil
 }
-
-// restrictedEvaluator holds the checks of Kubernetes' own Pod Security
-// Admission, the ones the platform namespace's label enforces.
-var restrictedEvaluator = func() psapolicy.Evaluator {
-	e, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
-	if err != nil {
-		panic(err)
-	}
-	return e
-}()
 
 // enforce makes the built-in overlays' rules hold for every pod of the
 // platform, whoever wrote it: the operator's overlays run after the
@@ -214,7 +203,7 @@ func restricted(id string, tmpl map[string]any) []string {
 	}
 	var out []string
 	lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
-	for _, r := range restrictedEvaluator.EvaluatePod(lv, &pod.Metadata, &pod.Spec) {
+	for _, r := range pssAll.EvaluatePod(lv, &pod.Metadata, &pod.Spec) {
 		if r.Allowed {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -24,18 +25,16 @@ import (
 var kustomizationFiles = config.KustomizationFiles
 
 // postRender runs the kustomize stage over the whole platform in memory:
-// the platform's own bases from manifests/ plus every chart's objects, then
-// the built-in overlays in order (namespace and common labels, image
-// relocation, hardening, placement, proxy environment), then the
-// operator's overlay folders. No kustomize binary is involved.
+// the platform's own bases from manifests/ plus every chart's objects
+// (their images relocated to spec.registry first), then the built-in
+// overlays in order (namespace and common labels, the restricted Pod
+// Security fields, hardening, pull Secret, placement, proxy environment),
+// then the operator's overlay folders. No kustomize binary is involved.
 type postRender struct {
 	in        *config.Installation
 	manifests fs.FS
 	// components of manifests/components/ that the configuration selects.
 	baseComponents []string
-	// repositories are the image repositories the charts use (relocated
-	// when a private registry is configured).
-	repositories []string
 	// namespace, when set, replaces spec.namespace as the namespace of
 	// every object. runner leaves out the platform's own bases and the
 	// operator's overlays (which patch the platform's objects by name): a
@@ -43,6 +42,13 @@ type postRender struct {
 	// brings its own policies.
 	namespace string
 	runner    bool
+	// upstream: the charts are not onprem's (a GitOps runtime's): they
+	// get the restricted Pod Security fields but not the platform's own
+	// hardening (their pods call the Kubernetes API and may read their
+	// Services' variables without saying so), and keep their own
+	// app.kubernetes.io/part-of labels (Argo CD finds its ConfigMaps and
+	// Secrets by part-of: argocd).
+	upstream bool
 }
 
 // userOverlays are the operator's overlay folders this post-render applies
@@ -55,6 +61,14 @@ func (p *postRender) userOverlays() []string {
 }
 
 func (p *postRender) run(charted []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
+	dropNulls(charted)
+	// With a private registry, every image the charts render moves there:
+	// the containers', and the ones they write into configuration.
+	if reg := p.in.Spec.Registry; reg.Host != "" {
+		if err := images.RelocateObjects(charted, reg.Host, reg.PathPrefix); err != nil {
+			return nil, fmt.Errorf("post-render: relocating images to spec.registry: %w", err)
+		}
+	}
 	mem, err := p.tree(charted)
 	if err != nil {
 		return nil, err
@@ -201,13 +215,22 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 	}
 	components := []string{"../builtin/common"}
 	files["/builtin/common/kustomization.yaml"] = p.common()
-	if img, err := p.relocation(); err != nil {
-		return nil, err
-	} else if img != nil {
-		files["/builtin/images/kustomization.yaml"] = img
-		components = append(components, "../builtin/images")
+	components = append(components, "../manifests/components/restricted")
+	if !p.upstream {
+		components = append(components, "../manifests/components/hardening")
 	}
-	components = append(components, "../manifests/components/hardening")
+	if c, err := p.containers(charted); err != nil {
+		return nil, err
+	} else if c != nil {
+		files["/builtin/containers/kustomization.yaml"] = c
+		components = append(components, "../builtin/containers")
+	}
+	if ps, err := p.pullSecrets(charted); err != nil {
+		return nil, err
+	} else if ps != nil {
+		files["/builtin/pull-secret/kustomization.yaml"] = ps
+		components = append(components, "../builtin/pull-secret")
+	}
 	if pl := p.placement(); pl != nil {
 		files["/builtin/placement/kustomization.yaml"] = pl
 		components = append(components, "../builtin/placement")
@@ -265,40 +288,22 @@ func (p *postRender) tree(charted []*unstructured.Unstructured) (filesys.FileSys
 // (the operator's too) can select by them. The namespace is set last, by the
 // top kustomization, so that the operator's patches need not name it.
 func (p *postRender) common() map[string]any {
+	pairs := map[string]any{
+		"app.kubernetes.io/part-of": "onprem",
+		"onprem.dev/installation":   p.in.Metadata.Name,
+	}
+	if p.upstream {
+		delete(pairs, "app.kubernetes.io/part-of")
+	}
 	return map[string]any{
 		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
 		"kind":       "Component",
 		"labels": []any{map[string]any{
-			"pairs": map[string]any{
-				"app.kubernetes.io/part-of": "onprem",
-				"onprem.dev/installation":   p.in.Metadata.Name,
-			},
+			"pairs":            pairs,
 			"includeSelectors": false,
 			"includeTemplates": true,
 		}},
 	}
-}
-
-// relocation rewrites every image to the private registry, keeping tags and
-// digests. Nil when no registry is configured.
-func (p *postRender) relocation() (map[string]any, error) {
-	reg := p.in.Spec.Registry
-	if reg.Host == "" {
-		return nil, nil
-	}
-	var entries []any
-	for _, repo := range p.repositories {
-		to, err := images.Relocate(repo, reg.Host, reg.PathPrefix)
-		if err != nil {
-			return nil, fmt.Errorf("spec.registry: %w", err)
-		}
-		entries = append(entries, map[string]any{"name": repo, "newName": to})
-	}
-	return map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
-		"kind":       "Component",
-		"images":     entries,
-	}, nil
 }
 
 // workloadKinds are the kinds whose pod template the placement and proxy
@@ -310,6 +315,8 @@ var workloadKinds = []struct {
 }{
 	{"apps/v1", "Deployment", podTemplatePath}, {"apps/v1", "StatefulSet", podTemplatePath}, {"apps/v1", "DaemonSet", podTemplatePath},
 	{"batch/v1", "Job", podTemplatePath}, {"batch/v1", "CronJob", []string{"spec", "jobTemplate", "spec", "template"}},
+	// A chart's bare Pods: Helm test hooks.
+	{"v1", "Pod", nil},
 }
 
 var podTemplatePath = []string{"spec", "template"}
@@ -354,6 +361,51 @@ func (p *postRender) placement() map[string]any {
 	}
 }
 
+// pullSecrets gives an upstream chart's pods and ServiceAccounts the
+// registry's pull Secret (spec.registry.pullSecret), which onprem copies
+// into the chart's namespace: the chart's own values paths reach the pods
+// whose templates read one (release.RemoteChart.PullSecrets); hook Jobs
+// and components without such a path get it here, and so do the
+// ServiceAccounts, for the pods that the runtime's controllers create
+// later (workflows, event buses). Nil for the charts onprem writes, which
+// take it from their values, and without a pull Secret.
+func (p *postRender) pullSecrets(objs []*unstructured.Unstructured) (map[string]any, error) {
+	name := p.in.Spec.Registry.PullSecret
+	if !p.upstream || name == "" {
+		return nil, nil
+	}
+	ref := map[string]any{"name": name}
+	var patches []any
+	for _, w := range workloadKinds {
+		// imagePullSecrets merges by name: the chart's entries stay.
+		patch := nested(w.template, map[string]any{"spec": map[string]any{"imagePullSecrets": []any{ref}}})
+		patch["apiVersion"], patch["kind"], patch["metadata"] = w.apiVersion, w.kind, map[string]any{"name": "pull-secret"}
+		b, err := yaml.Marshal(patch)
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{"target": map[string]any{"kind": w.kind}, "patch": string(b)})
+	}
+	for _, u := range objs {
+		if u.GetKind() != "ServiceAccount" || u.GetAPIVersion() != "v1" {
+			continue
+		}
+		// A ServiceAccount's list is replaced whole by a patch: the
+		// chart's entries are written again.
+		have, _, _ := unstructured.NestedSlice(u.Object, "imagePullSecrets")
+		if slices.ContainsFunc(have, func(e any) bool { m, _ := e.(map[string]any); return m["name"] == name }) {
+			continue
+		}
+		b, err := yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": u.GetName()},
+			"imagePullSecrets": append(slices.Clone(have), ref)})
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{"target": map[string]any{"kind": "ServiceAccount", "name": u.GetName()}, "patch": string(b)})
+	}
+	return patchComponent(patches), nil
+}
+
 // noProxy is NO_PROXY for pods of namespace ns: loopback, the cluster's
 // services and ns always, then the operator's spec.proxy.noProxy.
 func noProxy(ns, operators string) string {
@@ -362,6 +414,93 @@ func noProxy(ns, operators string) string {
 		l = append(l, operators)
 	}
 	return strings.Join(l, ",")
+}
+
+// workloadTemplate is the path of a workload's pod template (nil for a
+// Pod, whose spec is the pod's), and whether u is a workload at all.
+func workloadTemplate(u *unstructured.Unstructured) ([]string, bool) {
+	for _, w := range workloadKinds {
+		if u.GetKind() == w.kind && u.GetAPIVersion() == w.apiVersion {
+			return w.template, true
+		}
+	}
+	return nil, false
+}
+
+// containerPatches writes one strategic-merge patch per workload of objs
+// that patch returns container fields for (a map per container name, nil
+// for none), naming its containers and init containers: kustomize cannot
+// patch "every container".
+func containerPatches(objs []*unstructured.Unstructured, patch func(c map[string]any) map[string]any) ([]any, error) {
+	var patches []any
+	for _, u := range objs {
+		template, ok := workloadTemplate(u)
+		if !ok {
+			continue
+		}
+		podSpec := map[string]any{}
+		for _, field := range []string{"containers", "initContainers"} {
+			cs, _, _ := unstructured.NestedSlice(u.Object, append(append([]string{}, template...), "spec", field)...)
+			var patched []any
+			for _, c := range cs {
+				cm, _ := c.(map[string]any)
+				name, _ := cm["name"].(string)
+				if name == "" {
+					continue
+				}
+				if fields := patch(cm); fields != nil {
+					fields["name"] = name
+					patched = append(patched, fields)
+				}
+			}
+			if len(patched) > 0 {
+				podSpec[field] = patched
+			}
+		}
+		if len(podSpec) == 0 {
+			continue
+		}
+		doc := nested(append(append([]string{}, template...), "spec"), podSpec)
+		doc["apiVersion"], doc["kind"], doc["metadata"] = u.GetAPIVersion(), u.GetKind(), map[string]any{"name": u.GetName()}
+		b, err := yaml.Marshal(doc)
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, map[string]any{
+			"target": map[string]any{"kind": u.GetKind(), "name": u.GetName()},
+			"patch":  string(b),
+		})
+	}
+	return patches, nil
+}
+
+// containers gives every container that lacks them the container-level
+// fields of the restricted Pod Security Standard: allowPrivilegeEscalation
+// false, and ALL among the capabilities it drops (what it adds is kept,
+// for render.Check to judge). What a chart sets itself is kept: a
+// container that must escalate says so, and Check refuses it unless it is
+// a listed exception.
+func (p *postRender) containers(objs []*unstructured.Unstructured) (map[string]any, error) {
+	patches, err := containerPatches(objs, func(c map[string]any) map[string]any {
+		sc, _ := c["securityContext"].(map[string]any)
+		want := map[string]any{}
+		if _, set := sc["allowPrivilegeEscalation"]; !set {
+			want["allowPrivilegeEscalation"] = false
+		}
+		caps, _ := sc["capabilities"].(map[string]any)
+		drop, _ := caps["drop"].([]any)
+		if !slices.ContainsFunc(drop, func(d any) bool { s, _ := d.(string); return strings.EqualFold(s, "ALL") }) {
+			want["capabilities"] = map[string]any{"drop": append([]any{"ALL"}, drop...)}
+		}
+		if len(want) == 0 {
+			return nil
+		}
+		return map[string]any{"securityContext": want}
+	})
+	if err != nil || len(patches) == 0 {
+		return nil, err
+	}
+	return patchComponent(patches), nil
 }
 
 // proxy gives every container of every chart workload the proxy
@@ -383,55 +522,13 @@ func (p *postRender) proxy(objs []*unstructured.Unstructured) (map[string]any, e
 	add("HTTPS_PROXY", px.HTTPSProxy)
 	add("NO_PROXY", noProxy(p.in.Spec.Namespace, px.NoProxy))
 
-	var patches []any
-	for _, u := range objs {
-		var template []string
-		for _, w := range workloadKinds {
-			if u.GetKind() == w.kind && u.GetAPIVersion() == w.apiVersion {
-				template = w.template
-			}
-		}
-		if template == nil {
-			continue
-		}
-		podSpec := map[string]any{}
-		for _, field := range []string{"containers", "initContainers"} {
-			cs, _, _ := unstructured.NestedSlice(u.Object, append(append([]string{}, template...), "spec", field)...)
-			var patched []any
-			for _, c := range cs {
-				cm, _ := c.(map[string]any)
-				name, _ := cm["name"].(string)
-				if name == "" {
-					continue
-				}
-				patched = append(patched, map[string]any{"name": name, "env": env})
-			}
-			if len(patched) > 0 {
-				podSpec[field] = patched
-			}
-		}
-		if len(podSpec) == 0 {
-			continue
-		}
-		patch := nested(template, map[string]any{"spec": podSpec})
-		patch["apiVersion"], patch["kind"], patch["metadata"] = u.GetAPIVersion(), u.GetKind(), map[string]any{"name": u.GetName()}
-		b, err := yaml.Marshal(patch)
-		if err != nil {
-			return nil, err
-		}
-		patches = append(patches, map[string]any{
-			"target": map[string]any{"kind": u.GetKind(), "name": u.GetName()},
-			"patch":  string(b),
-		})
+	patches, err := containerPatches(objs, func(map[string]any) map[string]any {
+		return map[string]any{"env": env}
+	})
+	if err != nil || len(patches) == 0 {
+		return nil, err
 	}
-	if len(patches) == 0 {
-		return nil, nil
-	}
-	return map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
-		"kind":       "Component",
-		"patches":    patches,
-	}, nil
+	return patchComponent(patches), nil
 }
 
 // loadOverlay copies an operator's overlay folder into the in-memory tree.
@@ -544,4 +641,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// patchComponent is a kustomize Component applying patches.
+func patchComponent(patches []any) map[string]any {
+	return map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1alpha1",
+		"kind":       "Component",
+		"patches":    patches,
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
 
+	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/quote"
 )
@@ -59,18 +60,23 @@ func (e *OverlayError) Error() string {
 func (e *OverlayError) Unwrap() error { return e.Err }
 
 // IsInputError says whether a Render error is the operator's to fix in
-// what they gave (--set, an overlay, values that spec.availability
-// refuses): a command exits 2 for it.
+// what they gave (--set, an overlay, a chart package, a value a chart
+// requires, values that spec.availability refuses): a command exits 2
+// for it.
 func IsInputError(err error) bool {
 	var se *SetError
 	var oe *OverlayError
 	var ve *ValuesError
 	var pe *PodRulesError
 	var ae *AvailabilityError
+	var ce *CheckError
+	var re *RuntimeInputError
+	var me *charts.MissingDependencyError
 	if errors.As(err, &ve) && ve.Origin == "values" {
 		return false // onprem's own values: a bug, not the operator's
 	}
-	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ve) || errors.As(err, &pe) || errors.As(err, &ae)
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ve) || errors.As(err, &pe) || errors.As(err, &ae) ||
+		errors.As(err, &ce) || errors.As(err, &re) || errors.As(err, &me)
 }
 
 // OverlayErrors is every problem found in the operator's overlays, in

@@ -19,7 +19,6 @@ import (
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/credentials"
-	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/sizing"
 	"onprem.dev/onprem/manifests"
@@ -65,6 +64,13 @@ type Component struct {
 	DependsOn    []string                     `json:"dependsOn,omitempty"`
 	Values       map[string]any               `json:"-"`
 	Objects      []*unstructured.Unstructured `json:"objects"`
+	// ChartCRDs names the CustomResourceDefinitions of Objects that come
+	// from the crds/ folders of the chart and its enabled subcharts. Helm
+	// installs those itself, as they are, before the release's first
+	// install, and never upgrades or deletes them: they are shown,
+	// checked and compared like the others, but are not part of the
+	// release's manifest (installer/apply).
+	ChartCRDs []string `json:"chartCRDs,omitempty"`
 	// Loaded, when set, is the chart itself (a remote chart fetched for
 	// the render, such as a runtime's), which apply uses instead of
 	// reading Chart from its charts.
@@ -185,8 +191,10 @@ type charted struct {
 	values   map[string]map[string]any
 	services map[string]map[string]any
 	objects  []*unstructured.Unstructured
-	tasks    []taskBuild
-	post     *postRender
+	// crds are each component's crds/ CustomResourceDefinitions.
+	crds  map[string][]*unstructured.Unstructured
+	tasks []taskBuild
+	post  *postRender
 }
 
 // renderCharts computes every component's values and renders its chart.
@@ -217,7 +225,7 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 
 	// Values first: db-provision's list depends on the services' final
 	// values (an operator may change what a service uses).
-	st := &charted{opts: opts, values: map[string]map[string]any{}, services: map[string]map[string]any{}}
+	st := &charted{opts: opts, values: map[string]map[string]any{}, services: map[string]map[string]any{}, crds: map[string][]*unstructured.Unstructured{}}
 	for _, p := range planned {
 		v, err := componentValues(in, rel, prof, p.Component, global, sets)
 		if err != nil {
@@ -262,7 +270,6 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 	st.planned = planned
 
 	loaded := map[string]*chartv2.Chart{}
-	repos := map[string]bool{}
 	for _, p := range planned {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -286,35 +293,27 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		if err != nil {
 			return nil, fmt.Errorf("component %s: %w", p.Name, err)
 		}
-		for _, m := range ms {
-			objs, err := decodeObjects(p.Name+": "+m.Template, []byte(m.Content))
-			if err != nil {
-				return nil, err
-			}
-			for _, o := range objs {
-				setLabel(o, ComponentLabel, p.Name)
-				// The post-render sets every namespace last, so that
-				// overlays match objects the way kustomize users expect
-				// (patches without a namespace).
-				o.SetNamespace("")
-			}
-			st.objects = append(st.objects, objs...)
+		objs, crds, err := chartObjects("component "+p.Name, ms)
+		if err != nil {
+			return nil, err
 		}
-		for _, imgName := range p.Images {
-			img, _ := rel.Image(imgName)
-			repos[images.Repository(img, in.Spec.Images.Platform)] = true
+		for _, o := range objs {
+			setLabel(o, ComponentLabel, p.Name)
+			// The post-render sets every namespace last, so that
+			// overlays match objects the way kustomize users expect
+			// (patches without a namespace).
+			o.SetNamespace("")
 		}
+		st.objects = append(st.objects, objs...)
+		st.crds[p.Name] = crds
 	}
 	if opts.Tasks {
-		builds, taskRepos, err := st.buildTasks()
+		builds, err := st.buildTasks()
 		if err != nil {
 			return nil, err
 		}
 		for _, b := range builds {
 			st.objects = append(st.objects, b.obj)
-		}
-		for _, r := range taskRepos {
-			repos[r] = true
 		}
 		st.tasks = builds
 	}
@@ -322,7 +321,6 @@ func renderCharts(ctx context.Context, opts Options) (*charted, error) {
 		in:             in,
 		manifests:      opts.Manifests,
 		baseComponents: baseComponents(in, planned),
-		repositories:   sortedKeys(repos),
 	}
 	return st, nil
 }
@@ -366,6 +364,7 @@ func (st *charted) postRender() (*Result, error) {
 		c.Objects = append(c.Objects, o)
 	}
 	for _, c := range res.Components {
+		addChartCRDs(c, st.crds[c.Name])
 		installOrder(c.Objects)
 	}
 	res.Secrets = credentials.Plan(needs(in, st.services))

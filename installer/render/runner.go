@@ -139,14 +139,13 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 			r.Name, rel.Version, a.Chart, a.ChartVersion, a.Chart, ch.Metadata.Version, rel.Version)
 	}
 
-	refs, repos := map[string]any{}, map[string]bool{}
+	refs := map[string]any{}
 	for key, imgName := range a.Images {
 		img, ok := rel.Image(imgName)
 		if !ok {
 			return nil, fmt.Errorf("runner %s: image %q is not in release %s", r.Name, imgName, rel.Version)
 		}
 		refs[key] = images.Reference(img, in.Spec.Images.Platform)
-		repos[images.Repository(img, in.Spec.Images.Platform)] = true
 	}
 	engine := map[string]any{"namespace": engineNS}
 	if reg := in.Spec.Registry; reg.Host != "" {
@@ -180,21 +179,19 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 	// them.
 	inEngine := map[string]bool{}
 	var objs []*unstructured.Unstructured
-	for _, m := range ms {
-		decoded, err := decodeObjects("runner "+r.Name+": "+m.Template, []byte(m.Content))
-		if err != nil {
-			return nil, err
-		}
-		for _, obj := range decoded {
-			if obj.GetNamespace() == engineNS {
-				inEngine[objectKey(obj)] = true
-			}
-			setLabel(obj, ComponentLabel, name)
-			obj.SetNamespace("")
-			objs = append(objs, obj)
-		}
+	decoded, crds, err := chartObjects("runner "+r.Name, ms)
+	if err != nil {
+		return nil, err
 	}
-	post := &postRender{in: in, manifests: o.Manifests, repositories: sortedKeys(repos), namespace: r.Namespace, runner: true}
+	for _, obj := range decoded {
+		if obj.GetNamespace() == engineNS {
+			inEngine[objectKey(obj)] = true
+		}
+		setLabel(obj, ComponentLabel, name)
+		obj.SetNamespace("")
+		objs = append(objs, obj)
+	}
+	post := &postRender{in: in, manifests: o.Manifests, namespace: r.Namespace, runner: true}
 	out, err := post.run(objs)
 	if err != nil {
 		return nil, fmt.Errorf("runner %s: %w", r.Name, err)
@@ -204,8 +201,10 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 			obj.SetNamespace(engineNS)
 		}
 	}
-	installOrder(out)
-	return &Component{Name: name, Group: RunnerGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out}, nil
+	c := &Component{Name: name, Group: RunnerGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out}
+	addChartCRDs(c, crds)
+	installOrder(c.Objects)
+	return c, nil
 }
 
 func objectKey(o *unstructured.Unstructured) string {

@@ -10,15 +10,12 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
-
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
-	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/sizing"
 	"onprem.dev/onprem/manifests"
@@ -147,6 +144,9 @@ func RuntimeHost(in *config.Installation, rt config.Runtime) string {
 //	ingressProtocol      https
 //	ingressURL           the access's url, in mode url
 //	tunnelEnabled        true in access mode tunnel
+//	tunnelServerHost     in mode tunnel, the access's tunnelServer.host
+//	tunnelServerPort     in mode tunnel, its port (default 443)
+//	tunnelSubdomainHost  in mode tunnel, its subdomainHost
 //	nodeSelector         spec.placement.nodeSelector
 //	tolerations          spec.placement.tolerations
 //	httpProxy, httpsProxy, noProxy   spec.proxy
@@ -174,53 +174,62 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 	if got := o.Chart.Metadata; got.Name != a.Chart || got.Version != a.ChartVersion {
 		return nil, fmt.Errorf("runtime %s: release %s needs chart %s %s, but was given %s %s", rt.Name, rel.Version, a.Chart, a.ChartVersion, got.Name, got.Version)
 	}
+	if len(a.Contract) == 0 {
+		return nil, &RuntimeInputError{fmt.Errorf("runtime %s: release %s installs chart %s %s, but its manifest has no runtime.contract for that chart version: onprem cannot map the chart's values (the name, platform and credentials it must fill in); use the onprem that ships release %s, or a bundle of it",
+			rt.Name, rel.Version, a.Chart, a.ChartVersion, rel.Version)}
+	}
 
 	values := sizing.Merge(nil, a.Values)
 	contract, err := RuntimeContractValues(in, rt, a, o.ConfigurationRuntime, o.PlatformCA)
 	if err != nil {
-		return nil, fmt.Errorf("runtime %s: release %s: %w", rt.Name, rel.Version, err)
+		return nil, &RuntimeInputError{fmt.Errorf("runtime %s: release %s: %w", rt.Name, rel.Version, err)}
 	}
 	for _, p := range slices.Sorted(maps.Keys(contract)) {
 		if err := setPath(values, p, contract[p]); err != nil {
 			return nil, fmt.Errorf("runtime %s: release %s: runtime.contract: %w", rt.Name, rel.Version, err)
 		}
 	}
-	repos := map[string]bool{}
-	imageValues, err := runtimeImageValues(in, rel, repos)
-	if err != nil {
-		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
-	}
-	for _, p := range slices.Sorted(maps.Keys(imageValues)) {
-		if err := setPath(values, p, imageValues[p]); err != nil {
-			return nil, fmt.Errorf("runtime %s: release %s: runtime.images: %w", rt.Name, rel.Version, err)
+	if ps := in.Spec.Registry.PullSecret; ps != "" {
+		for _, l := range a.PullSecrets {
+			v := []any{map[string]any{"name": ps}}
+			if l.Format == release.ListOfNames {
+				v = []any{ps}
+			}
+			if err := setPath(values, l.Path, v); err != nil {
+				return nil, fmt.Errorf("runtime %s: release %s: runtime.pullSecrets: %w", rt.Name, rel.Version, err)
+			}
 		}
 	}
 	name := RuntimeRelease(rt.Name)
 	ms, err := charts.Template(o.Chart, name, rt.Namespace, values)
 	if err != nil {
-		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
+		// A subchart the package lacks, or a value the chart requires
+		// (its templates fail, naming it): nothing was applied.
+		return nil, &RuntimeInputError{fmt.Errorf("runtime %s: release %s: chart %s %s: %w", rt.Name, rel.Version, a.Chart, a.ChartVersion, err)}
 	}
-	var objs []*unstructured.Unstructured
-	for _, m := range ms {
-		decoded, err := decodeObjects("runtime "+rt.Name+": "+m.Template, []byte(m.Content))
-		if err != nil {
-			return nil, err
-		}
-		for _, obj := range decoded {
-			setLabel(obj, ComponentLabel, name)
-			if namespaced(obj) {
-				obj.SetNamespace("")
-			}
-			objs = append(objs, obj)
+	objs, crds, err := chartObjects("runtime "+rt.Name, ms)
+	if err != nil {
+		return nil, err
+	}
+	objs, err = lastOfEach(objs)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: chart %s %s: %w", rt.Name, a.Chart, a.ChartVersion, err)
+	}
+	for _, obj := range objs {
+		setLabel(obj, ComponentLabel, name)
+		if namespaced(obj) {
+			obj.SetNamespace("")
 		}
 	}
-	post := &postRender{in: in, manifests: o.Manifests, repositories: sortedKeys(repos), namespace: rt.Namespace, runner: true}
+	post := &postRender{in: in, manifests: o.Manifests, namespace: rt.Namespace, runner: true, upstream: true}
 	out, err := post.run(objs)
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
 	}
-	installOrder(out)
-	return &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out, Loaded: o.Chart}, nil
+	c := &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out, Loaded: o.Chart}
+	addChartCRDs(c, crds)
+	installOrder(c.Objects)
+	return c, nil
 }
 
 // namespaced tells the cluster-scoped kinds a runtime chart brings.
@@ -299,6 +308,20 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 		want[release.ContractIngressClass] = class
 		want[release.ContractIngressHosts] = []any{RuntimeHost(in, rt)}
 		want[release.ContractIngressProtocol] = "https"
+	case config.RuntimeAccessTunnel:
+		// The operator's tunnel server, never the chart's default (the
+		// vendor's hosted one).
+		ts := rt.Access.TunnelServer
+		if ts.Host == "" || ts.SubdomainHost == "" {
+			return nil, &RuntimeInputError{fmt.Errorf("access mode tunnel needs a tunnel server of yours: set spec.runtimes[].access.tunnelServer.host and .subdomainHost (onprem does not use the vendor's hosted one)")}
+		}
+		port := ts.Port
+		if port == 0 {
+			port = 443
+		}
+		want[release.ContractTunnelServer] = ts.Host
+		want[release.ContractTunnelPort] = port
+		want[release.ContractTunnelSubdomain] = ts.SubdomainHost
 	case config.RuntimeAccessURL:
 		want[release.ContractIngressURL] = rt.Access.URL
 	}
@@ -334,7 +357,7 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 	case config.RuntimeAccessIngress:
 		needed = append(needed, release.ContractIngressEnabled, release.ContractIngressHosts)
 	case config.RuntimeAccessTunnel:
-		needed = append(needed, release.ContractTunnelEnabled)
+		needed = append(needed, release.ContractTunnelEnabled, release.ContractTunnelServer, release.ContractTunnelPort, release.ContractTunnelSubdomain)
 	case config.RuntimeAccessURL:
 		needed = append(needed, release.ContractIngressURL)
 	}
@@ -353,79 +376,4 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 		}
 	}
 	return out, nil
-}
-
-// runtimeImageValues is every image of the release's runtime chart at its
-// values paths: the reference the cluster pulls (the platform prefix,
-// spec.registry's relocation and the release's digest applied), whole or
-// split into registry, repository and tag. The source repositories are
-// added to repos (the post-render relocates what the chart writes
-// elsewhere).
-func runtimeImageValues(in *config.Installation, rel *release.Release, repos map[string]bool) (map[string]any, error) {
-	out := map[string]any{}
-	set := func(path, value, what string) error {
-		if old, ok := out[path]; ok && old != value {
-			return fmt.Errorf("release %s: runtime.images: %s and another image write %s with different values (%v, %s): give them their own paths", rel.Version, what, path, old, value)
-		}
-		out[path] = value
-		return nil
-	}
-	reg := in.Spec.Registry
-	for _, ci := range rel.Runtime.Images {
-		img, ok := rel.Image(ci.Image)
-		if !ok {
-			return nil, fmt.Errorf("release %s: runtime image %q is not in the release", rel.Version, ci.Image)
-		}
-		repo := images.Repository(img, in.Spec.Images.Platform)
-		repos[repo] = true
-		if reg.Host != "" {
-			to, err := images.Relocate(repo, reg.Host, reg.PathPrefix)
-			if err != nil {
-				return nil, fmt.Errorf("spec.registry: %w", err)
-			}
-			repo = to
-		}
-		tag := img.Tag
-		if img.Digest != "" {
-			tag += "@" + img.Digest
-		}
-		if ci.Reference != "" {
-			if err := set(ci.Reference, repo+":"+tag, ci.Image); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		repoValue := repo
-		if ci.Registry != "" {
-			host, path, err := splitRegistry(repo)
-			if err != nil {
-				return nil, fmt.Errorf("release %s: runtime image %s: %w", rel.Version, ci.Image, err)
-			}
-			if err := set(ci.Registry, host, ci.Image); err != nil {
-				return nil, err
-			}
-			repoValue = path
-		}
-		if err := set(ci.Repository, repoValue, ci.Image); err != nil {
-			return nil, err
-		}
-		if err := set(ci.Tag, tag, ci.Image); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// splitRegistry splits a repository into its registry host (index.docker.io
-// written docker.io) and the path under it.
-func splitRegistry(repository string) (host, path string, err error) {
-	r, err := name.NewRepository(repository)
-	if err != nil {
-		return "", "", fmt.Errorf("image repository %q: %w", repository, err)
-	}
-	host = r.RegistryStr()
-	if host == name.DefaultRegistry {
-		host = "docker.io"
-	}
-	return host, r.RepositoryStr(), nil
 }

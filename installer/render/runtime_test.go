@@ -17,6 +17,7 @@ import (
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 )
 
 func fixtureChart(t testing.TB, version string) *chartv2.Chart {
@@ -47,13 +48,12 @@ func renderFixtureRuntime(t testing.TB, cfg string, rt config.Runtime, opts ...f
 
 // A runtime follows the platform's rules (restricted pods, probes,
 // resources, relocation with a private registry) and every image of the
-// release's runtime section is in its objects, relocated when the
-// configuration has a private registry.
+// chart's images (its containers' and its executor's, in a ConfigMap) are
+// relocated when the configuration has a private registry.
 func TestRuntimePassesTheChecks(t *testing.T) {
 	for _, cfg := range configs {
 		t.Run(cfg, func(t *testing.T) {
 			in, c := renderFixtureRuntime(t, cfg, config.Runtime{Name: "edge"})
-			_, rel := load(t, cfg)
 			opts := CheckOptions{}
 			if in.Spec.Registry.Host != "" {
 				opts.RegistryPrefix = in.Spec.Registry.Host + "/" + in.Spec.Registry.PathPrefix
@@ -77,49 +77,27 @@ func TestRuntimePassesTheChecks(t *testing.T) {
 					t.Errorf("%s/%s: label %s = %q", o.GetKind(), o.GetName(), ComponentLabel, o.GetLabels()[ComponentLabel])
 				}
 			}
-			used := runtimeImagesUsed(t, c)
-			for _, ci := range rel.Runtime.Images {
-				img, _ := rel.Image(ci.Image)
-				want := images.Repository(img, in.Spec.Images.Platform)
-				if in.Spec.Registry.Host != "" {
-					want, _ = images.Relocate(want, in.Spec.Registry.Host, in.Spec.Registry.PathPrefix)
+			// The chart's images, from its render: relocated with a
+			// private registry, the chart's own otherwise.
+			found, err := images.InObjects(c.Objects)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pods := 0
+			for _, f := range found {
+				if f.Pod {
+					pods++
 				}
-				want += ":" + img.Tag
-				if !slices.ContainsFunc(used, func(u string) bool { return strings.HasPrefix(u, want) }) {
-					t.Errorf("image %s: %s is in no object (images used: %v)", ci.Image, want, used)
+				relocated := strings.HasPrefix(f.Ref, in.Spec.Registry.Host+"/"+in.Spec.Registry.PathPrefix+"/")
+				if in.Spec.Registry.Host != "" && !relocated {
+					t.Errorf("%s %s: image %s is not relocated to %s", f.Object, f.Field, f.Ref, in.Spec.Registry.Host)
 				}
 			}
-			if in.Spec.Registry.Host != "" {
-				for _, u := range used {
-					if !strings.HasPrefix(u, in.Spec.Registry.Host+"/") {
-						t.Errorf("image %s is not relocated to %s", u, in.Spec.Registry.Host)
-					}
-				}
+			if pods < 14 || len(found) <= pods {
+				t.Errorf("%d images in pods, %d in configuration: want the fixture's 14 and its executor", pods, len(found)-pods)
 			}
 		})
 	}
-}
-
-// runtimeImagesUsed lists the images of a rendered runtime: its pods'
-// and the one Argo Workflows reads from its ConfigMap.
-func runtimeImagesUsed(t testing.TB, c *Component) []string {
-	t.Helper()
-	var out []string
-	for _, o := range c.Objects {
-		switch o.GetKind() {
-		case "Deployment":
-			d := typed[appsv1.Deployment](t, o)
-			for _, ctr := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
-				out = append(out, ctr.Image)
-			}
-		case "ConfigMap":
-			if o.GetName() == "workflow-controller-configmap" {
-				data, _, _ := unstructured.NestedString(o.Object, "data", "executor")
-				out = append(out, strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(data), "image:")))
-			}
-		}
-	}
-	return out
 }
 
 // The upstream chart's values paths that onprem writes, for every
@@ -127,19 +105,6 @@ func runtimeImagesUsed(t testing.TB, c *Component) []string {
 // up here as one diff.
 func TestRuntimeContractPaths(t *testing.T) {
 	want := []string{
-		"app-proxy.image.repository", "app-proxy.image.tag",
-		"app-proxy.initContainer.image.repository", "app-proxy.initContainer.image.tag",
-		"argo-cd.global.image.repository", "argo-cd.global.image.tag",
-		"argo-cd.redis.image.repository", "argo-cd.redis.image.tag",
-		"argo-events.global.image.repository", "argo-events.global.image.tag",
-		"argo-rollouts.controller.image.registry", "argo-rollouts.controller.image.repository", "argo-rollouts.controller.image.tag",
-		"argo-workflows.controller.image.registry", "argo-workflows.controller.image.repository",
-		"argo-workflows.executor.image.registry", "argo-workflows.executor.image.repository",
-		"argo-workflows.images.tag",
-		"argo-workflows.server.image.registry", "argo-workflows.server.image.repository",
-		"cf-argocd-extras.eventReporter.container.image.registry", "cf-argocd-extras.eventReporter.container.image.repository", "cf-argocd-extras.eventReporter.container.image.tag",
-		"cf-argocd-extras.sourcesServer.container.image.registry", "cf-argocd-extras.sourcesServer.container.image.repository", "cf-argocd-extras.sourcesServer.container.image.tag",
-		"gitops-operator.image.registry", "gitops-operator.image.repository", "gitops-operator.image.tag",
 		"global.codefresh.accountId",
 		"global.codefresh.tls.caCerts.secretKeyRef",
 		"global.codefresh.url",
@@ -152,9 +117,6 @@ func TestRuntimeContractPaths(t *testing.T) {
 		"global.runtime.isConfigurationRuntime",
 		"global.runtime.name",
 		"global.tolerations",
-		"installer.image.repository", "installer.image.tag",
-		"internal-router.image.repository", "internal-router.image.tag",
-		"sealed-secrets.image.registry", "sealed-secrets.image.repository", "sealed-secrets.image.tag",
 		"tunnel-client.enabled",
 	}
 	set, err := release.Embedded()
@@ -173,13 +135,7 @@ func TestRuntimeContractPaths(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			imgs, err := runtimeImageValues(in, rel, map[string]bool{})
-			if err != nil {
-				t.Fatal(err)
-			}
 			got := slices.Sorted(maps.Keys(contract))
-			got = append(got, slices.Collect(maps.Keys(imgs))...)
-			slices.Sort(got)
 			if !slices.Equal(got, want) {
 				t.Errorf("paths onprem writes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 			}
@@ -270,11 +226,12 @@ func TestRuntimeAccessModes(t *testing.T) {
 		setting     string
 		value       string
 	}{
-		{config.RuntimeAccess{Mode: "tunnel"}, false, "tunnel", "true"},
+		{config.RuntimeAccess{Mode: "tunnel", TunnelServer: config.TunnelServer{Host: "register.tunnels.example.com", SubdomainHost: "tunnels.example.com"}}, false, "tunnel", "true"},
+		{config.RuntimeAccess{Mode: "tunnel", TunnelServer: config.TunnelServer{Host: "register.tunnels.example.com", Port: 8443, SubdomainHost: "tunnels.example.com"}}, false, "tunnelServer", "register.tunnels.example.com:8443 tunnels.example.com"},
 		{config.RuntimeAccess{Mode: "url", URL: "https://edge.example.com"}, false, "ingressUrl", "https://edge.example.com"},
 		{config.RuntimeAccess{Host: "gitops.example.com", ClassName: "nginx"}, true, "tunnel", "false"},
 	} {
-		t.Run(tc.access.Mode, func(t *testing.T) {
+		t.Run(tc.access.Mode+"/"+tc.setting, func(t *testing.T) {
 			_, c := renderFixtureRuntime(t, "minimal", config.Runtime{Name: "edge", Access: tc.access})
 			hasIngress := false
 			for _, o := range c.Objects {
@@ -307,17 +264,8 @@ func TestRuntimeFixtureRequiresTheContract(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imgs, err := runtimeImageValues(in, rel, map[string]bool{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	full := map[string]any{}
 	for p, v := range contract {
-		if err := setPath(full, p, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for p, v := range imgs {
 		if err := setPath(full, p, v); err != nil {
 			t.Fatal(err)
 		}
@@ -332,16 +280,10 @@ func TestRuntimeFixtureRequiresTheContract(t *testing.T) {
 		{rel.Runtime.Contract["accountID"], "global.codefresh.accountId is required"},
 		{rel.Runtime.Contract["platformToken"], "global.codefresh.userToken: one of token or secretKeyRef is required"},
 		{rel.Runtime.Contract["ingressHosts"], "global.runtime.ingress.hosts: at least one host is required"},
-		{"argo-workflows.images.tag", "argo-workflows.controller.image.tag is required"},
 	} {
 		t.Run(tc.drop, func(t *testing.T) {
 			values := map[string]any{}
 			for p, v := range contract {
-				if p != tc.drop {
-					_ = setPath(values, p, v)
-				}
-			}
-			for p, v := range imgs {
 				if p != tc.drop {
 					_ = setPath(values, p, v)
 				}
@@ -398,5 +340,78 @@ func TestSetPath(t *testing.T) {
 	}
 	if err := setPath(v, "a..b", "ref"); err == nil {
 		t.Error("empty key accepted")
+	}
+}
+
+// Bad input stops a runtime's render, an input error (exit 2; nothing is
+// applied, the render comes first) naming the release, the chart version
+// and the value: a release whose chart version has no contract, a contract
+// without a value onprem must give, a value the chart requires that it
+// did not get (the chart's own message names it), a package without a
+// subchart the chart declares.
+func TestRuntimeBadInput(t *testing.T) {
+	in, rel := load(t, "minimal")
+	in.Spec.RuntimeConfig.AccountID = "acc"
+	render := func(rc *release.RemoteChart, ch *chartv2.Chart) error {
+		r := *rel
+		r.Runtime = rc
+		_, err := RenderRuntime(context.Background(), RuntimeOptions{Installation: in, Release: &r, Runtime: config.Runtime{Name: "edge"}, Chart: ch})
+		return err
+	}
+	with := func(f func(*release.RemoteChart)) *release.RemoteChart {
+		rc := *rel.Runtime
+		rc.Contract = maps.Clone(rel.Runtime.Contract)
+		f(&rc)
+		return &rc
+	}
+	fixture := fixtureChart(t, rel.Runtime.ChartVersion)
+	missing := charts.Clone(runtimetest.Upstream(t, "0.26.0"))
+	var subs []*chartv2.Chart
+	for _, d := range missing.Dependencies() {
+		if d.Name() != "argo-cd" {
+			subs = append(subs, d)
+		}
+	}
+	missing.SetDependencies(subs...)
+	v := rel.Version + ": chart gitops-runtime " + rel.Runtime.ChartVersion
+	for _, tc := range []struct {
+		name  string
+		rc    *release.RemoteChart
+		chart *chartv2.Chart
+		want  []string
+	}{
+		{"no contract", with(func(rc *release.RemoteChart) { rc.Contract = nil }), fixture,
+			[]string{"release " + rel.Version + " installs chart gitops-runtime " + rel.Runtime.ChartVersion, "no runtime.contract"}},
+		{"a value onprem must give", with(func(rc *release.RemoteChart) { delete(rc.Contract, release.ContractIngressHosts) }), fixture,
+			[]string{"release " + rel.Version, "gitops-runtime " + rel.Runtime.ChartVersion + " has no values path for ingressHosts"}},
+		{"a value the chart requires", with(func(rc *release.RemoteChart) { rc.Contract[release.ContractRuntimeName] = "global.runtime.nom" }), fixture,
+			[]string{"release " + v, "global.runtime.name is required"}},
+		{"a subchart the package lacks", with(func(rc *release.RemoteChart) { rc.ChartVersion = "0.26.0" }), missing,
+			[]string{"release " + rel.Version + ": chart gitops-runtime 0.26.0", "argo-cd 9.0.2", "gitops-runtime/charts/"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := render(tc.rc, tc.chart)
+			if !IsInputError(err) {
+				t.Fatalf("err = %T %v, want an input error", err, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q: %v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// A runtime in tunnel mode without a tunnel server of the operator's is
+// refused before rendering (an input error saying what is needed), never
+// left to the chart's default, the vendor's hosted server.
+func TestRuntimeTunnelNeedsAServer(t *testing.T) {
+	in, rel := load(t, "minimal")
+	in.Spec.RuntimeConfig.AccountID = "acc"
+	_, err := RenderRuntime(context.Background(), RuntimeOptions{Installation: in, Release: rel, Chart: fixtureChart(t, rel.Runtime.ChartVersion),
+		Runtime: config.Runtime{Name: "edge", Namespace: "edge", Access: config.RuntimeAccess{Mode: config.RuntimeAccessTunnel}}})
+	if !IsInputError(err) || !strings.Contains(err.Error(), "access.tunnelServer.host and .subdomainHost") {
+		t.Errorf("err = %v, want an input error naming access.tunnelServer", err)
 	}
 }

@@ -78,10 +78,9 @@ type taskBuild struct {
 // charted objects of their services (before the post-render, which then
 // treats them like every other object). A migration whose service the
 // configuration leaves out is skipped: its data does not exist here.
-func (st *charted) buildTasks() ([]taskBuild, []string, error) {
+func (st *charted) buildTasks() ([]taskBuild, error) {
 	rel, in := st.opts.Release, st.opts.Installation
 	var out []taskBuild
-	var repos []string
 	backups := map[string]bool{}
 	for _, m := range rel.Migrations {
 		dep := st.deployment(m.Component)
@@ -92,7 +91,7 @@ func (st *charted) buildTasks() ([]taskBuild, []string, error) {
 		if m.Timeout != "" {
 			d, err := time.ParseDuration(m.Timeout)
 			if err != nil {
-				return nil, nil, fmt.Errorf("release %s: migration %s: timeout: %w", rel.Version, m.Name, err)
+				return nil, fmt.Errorf("release %s: migration %s: timeout: %w", rel.Version, m.Name, err)
 			}
 			timeout = d
 		}
@@ -104,27 +103,26 @@ func (st *charted) buildTasks() ([]taskBuild, []string, error) {
 			backups[key] = true
 			src := st.deployment(ref.Service)
 			if src == nil {
-				return nil, nil, fmt.Errorf("release %s: migration %s touches the %s database of %s, which this configuration does not install",
+				return nil, fmt.Errorf("release %s: migration %s touches the %s database of %s, which this configuration does not install",
 					rel.Version, m.Name, ref.Engine, ref.Service)
 			}
 			img, ok := rel.Image(ref.Engine)
 			if !ok {
-				return nil, nil, fmt.Errorf("release %s: no %s image to back up %s with", rel.Version, ref.Engine, ref.Service)
+				return nil, fmt.Errorf("release %s: no %s image to back up %s with", rel.Version, ref.Engine, ref.Service)
 			}
-			repos = append(repos, images.Repository(img, in.Spec.Images.Platform))
 			b, err := backupJob(src, ref, images.Reference(img, in.Spec.Images.Platform))
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			out = append(out, b)
 		}
 		job, err := migrationJob(dep, m, timeout)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		out = append(out, job)
 	}
-	return out, repos, nil
+	return out, nil
 }
 
 // deployment returns the charted Deployment of a component, or nil.

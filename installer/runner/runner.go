@@ -153,6 +153,9 @@ func Prepare(ctx context.Context, t Target, installation *config.Installation, r
 	if err != nil {
 		return nil, err
 	}
+	if err := render.Verify(&render.Result{Components: []*render.Component{c}}, render.CheckOptionsFor(installation)); err != nil {
+		return nil, fmt.Errorf("runner %s: %w", r.Name, err)
+	}
 	return &Prepared{Target: t, Component: c, Release: rel}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -148,4 +149,38 @@ func readSecretKey(ctx context.Context, cl *kube.Cluster, ns, name, key, what st
 		return nil, nil
 	}
 	return append([]byte(nil), s.Data[key]...), nil
+}
+
+// pullSecret reads the registry's pull Secret (spec.registry.pullSecret)
+// from the platform's namespace, for the runtime's namespace: nil when
+// none is configured, an *InputError when it does not exist there.
+func pullSecret(ctx context.Context, p *Platform, runtime string) (*corev1.Secret, error) {
+	name := p.Installation.Spec.Registry.PullSecret
+	if name == "" {
+		return nil, nil
+	}
+	s, err := p.Cluster.Client.CoreV1().Secrets(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &InputError{fmt.Sprintf("runtime %s: spec.registry.pullSecret: Secret %s does not exist in the platform namespace %s: create it there (kubectl -n %s create secret docker-registry %s --docker-server=%s ...)",
+			runtime, name, p.Namespace, p.Namespace, name, p.Installation.Spec.Registry.Host)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: reading the pull Secret %s/%s: %w", runtime, p.Namespace, name, err)
+	}
+	return s, nil
+}
+
+// applyPullSecret copies the registry's pull Secret into the runtime's
+// namespace (its pods and ServiceAccounts name it: see
+// render.RenderRuntime), on every run, so that a renewed one reaches the
+// runtime with 'onprem install' or 'onprem runtime upgrade'.
+func applyPullSecret(ctx context.Context, cl *kube.Cluster, ns, name string, src *corev1.Secret) error {
+	if src == nil {
+		return nil
+	}
+	ac := corev1ac.Secret(src.Name, ns).WithLabels(labels(name)).WithType(src.Type).WithData(src.Data)
+	if _, err := cl.Client.CoreV1().Secrets(ns).Apply(ctx, ac, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return fmt.Errorf("runtime %s: applying the pull Secret %s/%s: %w", name, ns, src.Name, err)
+	}
+	return nil
 }

@@ -17,16 +17,30 @@ import (
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/state"
 )
 
 // A Git source is an Argo CD Application in the runtime's namespace, named
-// after the source and labelled with LabelGitSource, that syncs a folder
-// of a Git repository into the runtime's cluster.
+// after the source, that syncs a folder of a Git repository into the
+// runtime's cluster. It is made the way the upstream runtime (and its CLI)
+// makes one, so that the runtime's app-proxy and the platform see it as a
+// Git source: in the Argo CD project named after the runtime, labelled
+// LabelEntity=EntityGitSource and LabelInternal=false, in sync wave 0.
+// onprem's own labels (managed-by, LabelRuntime) mark the ones it created.
 const (
-	LabelGitSource = "onprem.dev/git-source"
+	LabelEntity     = "codefresh.io/entity"
+	EntityGitSource = "git-source"
+	LabelInternal   = "codefresh.io/internal"
+	// legacyLabelGitSource marked the Git sources of onprem before they
+	// followed the upstream runtime: still recognised as onprem's, and
+	// converged to the upstream form by the next add.
+	legacyLabelGitSource = "onprem.dev/git-source"
 	// InClusterServer is Argo CD's name for the cluster it runs in.
 	InClusterServer = "https://kubernetes.default.svc"
 )
+
+// AppProjects is Argo CD's AppProject resource.
+var AppProjects = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}
 
 // Applications is Argo CD's Application resource.
 var Applications = schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}
@@ -100,35 +114,7 @@ func AddGitSource(ctx context.Context, p *Platform, cl *kube.Cluster, o GitSourc
 	if err != nil {
 		return nil, fmt.Errorf("git source %s: %w", o.Name, err)
 	}
-	dest := o.Destination
-	if dest == "" {
-		dest = rec.Namespace
-	}
-	rev := o.Repository.Branch
-	if rev == "" {
-		rev = "HEAD"
-	}
-	src := map[string]any{"repoURL": redactURL(o.Repository.URL), "targetRevision": rev, "path": o.Repository.Path}
-	if o.Repository.Path == "" {
-		src["path"] = "."
-	}
-	app := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "argoproj.io/v1alpha1",
-		"kind":       "Application",
-		"metadata": map[string]any{
-			"name": o.Name, "namespace": rec.Namespace,
-			"labels": toAny(withSource(labels(o.Runtime), o.Name)),
-		},
-		"spec": map[string]any{
-			"project":     "default",
-			"source":      src,
-			"destination": map[string]any{"server": InClusterServer, "namespace": dest},
-			"syncPolicy": map[string]any{
-				"automated":   map[string]any{"prune": true, "selfHeal": true},
-				"syncOptions": []any{"CreateNamespace=true"},
-			},
-		},
-	}}
+	app := gitSourceApplication(o, rec.Namespace)
 	dc, err := dynamic.NewForConfig(cl.Config)
 	if err != nil {
 		return nil, fmt.Errorf("git source %s: dynamic client: %w", o.Name, err)
@@ -139,8 +125,14 @@ func AddGitSource(ctx context.Context, p *Platform, cl *kube.Cluster, o GitSourc
 	case apierrors.IsNotFound(err):
 	case err != nil:
 		return nil, fmt.Errorf("git source %s: reading Application %s/%s: %w", o.Name, rec.Namespace, o.Name, err)
-	case cur.GetLabels()[LabelGitSource] != o.Name:
+	case !onpremGitSource(cur, o.Runtime):
 		return nil, &ConflictError{fmt.Sprintf("git source %s: runtime %s already has an Application %s that onprem did not create: choose another name", o.Name, o.Runtime, o.Name)}
+	}
+	// The runtime's project, which the upstream runtime's Git sources
+	// belong to (the chart creates none).
+	proj := runtimeProject(o.Runtime, rec.Namespace)
+	if _, err := dc.Resource(AppProjects).Namespace(rec.Namespace).Apply(ctx, o.Runtime, proj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
+		return nil, fmt.Errorf("git source %s: applying AppProject %s/%s: %w", o.Name, rec.Namespace, o.Runtime, err)
 	}
 	out, err := api.Apply(ctx, o.Name, app, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if err != nil {
@@ -150,9 +142,76 @@ func AddGitSource(ctx context.Context, p *Platform, cl *kube.Cluster, o GitSourc
 	return &gs, nil
 }
 
-func withSource(l map[string]string, name string) map[string]string {
-	l[LabelGitSource] = name
-	return l
+// gitSourceApplication is the Application of Git source o of a runtime
+// whose namespace is ns, as the upstream runtime makes one: in the
+// runtime's project, labelled as a Git source, not internal, sync wave 0,
+// synced automatically (prune, self-heal) to the destination namespace
+// (default: the runtime's) of the cluster Argo CD runs in. Only the
+// repository's URL without credentials is written.
+func gitSourceApplication(o GitSourceOptions, ns string) *unstructured.Unstructured {
+	dest := o.Destination
+	if dest == "" {
+		dest = ns
+	}
+	rev := o.Repository.Branch
+	if rev == "" {
+		rev = "HEAD"
+	}
+	src := map[string]any{"repoURL": redactURL(o.Repository.URL), "targetRevision": rev, "path": o.Repository.Path}
+	if o.Repository.Path == "" {
+		src["path"] = "."
+	}
+	l := labels(o.Runtime)
+	l[LabelEntity] = EntityGitSource
+	l[LabelInternal] = "false"
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1",
+		"kind":       "Application",
+		"metadata": map[string]any{
+			"name": o.Name, "namespace": ns,
+			"labels":      toAny(l),
+			"annotations": map[string]any{"argocd.argoproj.io/sync-wave": "0"},
+		},
+		"spec": map[string]any{
+			"project":     o.Runtime,
+			"source":      src,
+			"destination": map[string]any{"server": InClusterServer, "namespace": dest},
+			"syncPolicy": map[string]any{
+				"automated":   map[string]any{"prune": true, "selfHeal": true},
+				"syncOptions": []any{"CreateNamespace=true"},
+			},
+		},
+	}}
+}
+
+// runtimeProject is the Argo CD project named after the runtime, in its
+// namespace, that its Git sources belong to, as the upstream runtime has
+// it: any repository, any namespace of the cluster Argo CD runs in, and
+// the cluster-scoped kinds a Git source may hold (a source is the
+// operator's own deployment, as with the upstream runtime).
+func runtimeProject(runtime, ns string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "argoproj.io/v1alpha1",
+		"kind":       "AppProject",
+		"metadata":   map[string]any{"name": runtime, "namespace": ns, "labels": toAny(labels(runtime))},
+		"spec": map[string]any{
+			"description":              "Git sources of runtime " + runtime + " (onprem)",
+			"sourceRepos":              []any{"*"},
+			"destinations":             []any{map[string]any{"server": InClusterServer, "namespace": "*"}},
+			"clusterResourceWhitelist": []any{map[string]any{"group": "*", "kind": "*"}},
+		},
+	}}
+}
+
+// onpremGitSource reports an Application that onprem created as a Git
+// source of runtime: a Git source by the upstream labels and onprem's, or
+// one of onprem's older form.
+func onpremGitSource(u *unstructured.Unstructured, runtime string) bool {
+	l := u.GetLabels()
+	if l[legacyLabelGitSource] == u.GetName() {
+		return true
+	}
+	return l[LabelEntity] == EntityGitSource && l["app.kubernetes.io/managed-by"] == state.ManagedBy && l[LabelRuntime] == runtime
 }
 
 func toAny(m map[string]string) map[string]any {
@@ -193,13 +252,21 @@ func ListGitSources(ctx context.Context, p *Platform, runtime string, cl *kube.C
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: dynamic client: %w", runtime, err)
 	}
-	list, err := dc.Resource(Applications).Namespace(rec.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelGitSource + "," + LabelRuntime + "=" + runtime})
-	if err != nil {
-		return nil, fmt.Errorf("runtime %s: listing its Applications in %s: %w", runtime, rec.Namespace, err)
-	}
-	out := make([]GitSource, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, fromApplication(runtime, &list.Items[i]))
+	// Every Git source of the runtime, the ones made elsewhere (the
+	// platform's UI) included, and onprem's of the older form.
+	out := []GitSource{}
+	seen := map[string]bool{}
+	for _, sel := range []string{LabelEntity + "=" + EntityGitSource, legacyLabelGitSource} {
+		list, err := dc.Resource(Applications).Namespace(rec.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s: listing its Applications in %s: %w", runtime, rec.Namespace, err)
+		}
+		for i := range list.Items {
+			if n := list.Items[i].GetName(); !seen[n] {
+				seen[n] = true
+				out = append(out, fromApplication(runtime, &list.Items[i]))
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -224,7 +291,7 @@ func RemoveGitSource(ctx context.Context, p *Platform, runtime, name string, cl 
 	if err != nil {
 		return false, fmt.Errorf("git source %s: reading Application %s/%s: %w", name, rec.Namespace, name, err)
 	}
-	if cur.GetLabels()[LabelGitSource] != name {
+	if !onpremGitSource(cur, runtime) {
 		return false, &ConflictError{fmt.Sprintf("Application %s/%s is not a Git source onprem created: remove it with kubectl if you mean to", rec.Namespace, name)}
 	}
 	if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

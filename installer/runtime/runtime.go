@@ -152,11 +152,25 @@ func Prepare(ctx context.Context, t Target, installation *config.Installation, r
 		return nil, fmt.Errorf("runtime %s: no cluster", rt.Name)
 	}
 	ro := render.RuntimeOptions{Installation: installation, Release: rel, Runtime: rt, Chart: chart, Manifests: manifests}
-	c, err := render.RenderRuntime(ctx, ro)
+	c, err := renderChecked(ctx, ro)
 	if err != nil {
 		return nil, err
 	}
 	return &Prepared{Target: t, Component: c, Release: rel, options: ro}, nil
+}
+
+// renderChecked renders the runtime and refuses what the cluster would
+// refuse (a pod its namespace's restricted Pod Security Standard does not
+// admit) or what comes from elsewhere than a private registry.
+func renderChecked(ctx context.Context, ro render.RuntimeOptions) (*render.Component, error) {
+	c, err := render.RenderRuntime(ctx, ro)
+	if err != nil {
+		return nil, err
+	}
+	if err := render.Verify(&render.Result{Components: []*render.Component{c}}, render.CheckOptionsFor(ro.Installation)); err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", ro.Runtime.Name, err)
+	}
+	return c, nil
 }
 
 // rerender renders the runtime again for what Install found: whether it
@@ -165,12 +179,13 @@ func (pr *Prepared) rerender(ctx context.Context, configRuntime, platformCA bool
 	if pr.options.ConfigurationRuntime == configRuntime && pr.options.PlatformCA == platformCA {
 		return nil
 	}
-	pr.options.ConfigurationRuntime, pr.options.PlatformCA = configRuntime, platformCA
-	c, err := render.RenderRuntime(ctx, pr.options)
+	o := pr.options
+	o.ConfigurationRuntime, o.PlatformCA = configRuntime, platformCA
+	c, err := renderChecked(ctx, o)
 	if err != nil {
 		return err
 	}
-	pr.Component = c
+	pr.options, pr.Component = o, c
 	return nil
 }
 
@@ -239,9 +254,11 @@ func remote(repo config.GitRepository, token []byte, o Options) configrepo.Remot
 
 // Install installs a prepared runtime, or converges it when it is already
 // installed at the same place: checks (name, one runtime per cluster, no
-// foreign Argo CD), the Git token checked against the configuration
-// repository (a refused token leaves nothing behind), the namespace, the
-// Git credentials, the configuration repository's layout and designation,
+// foreign Argo CD, the registry's pull Secret in the platform's
+// namespace), the Git token checked against the configuration repository
+// (a refused token leaves nothing behind), the namespace, the Git
+// credentials, the pull Secret's copy, the configuration repository's
+// layout and designation,
 // the Helm release (waited for until ready) and the record. On a failed
 // apply the result and the record say why, and the error is an
 // *apply.FailedError; what was applied stays for a re-run.
@@ -273,6 +290,20 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
 	}
+	// Rendered for the platform's CA now, before anything changes: a
+	// chart that cannot take it is refused here. Only the designation,
+	// which the configuration repository settles below, may render it
+	// once more.
+	if err := pr.rerender(ctx, pr.options.ConfigurationRuntime, len(ca) > 0); err != nil {
+		return nil, err
+	}
+	if _, err := render.RuntimeContractValues(pr.options.Installation, rt, pr.Release.Runtime, !pr.options.ConfigurationRuntime, len(ca) > 0); err != nil {
+		return nil, &render.RuntimeInputError{Err: fmt.Errorf("runtime %s: release %s: %w", rt.Name, pr.Release.Version, err)}
+	}
+	pull, err := pullSecret(ctx, p, rt.Name)
+	if err != nil {
+		return nil, err
+	}
 	rem := remote(repo, token, o)
 	if err := configrepo.Check(ctx, rem); err != nil {
 		return nil, fmt.Errorf("runtime %s: configuration repository: %w", rt.Name, err)
@@ -292,6 +323,9 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		return nil, err
 	}
 	if err := applyPlatformCA(ctx, cl, rt.Namespace, rt.Name, ca); err != nil {
+		return nil, err
+	}
+	if err := applyPullSecret(ctx, cl, rt.Namespace, rt.Name, pull); err != nil {
 		return nil, err
 	}
 

@@ -1,16 +1,21 @@
-// Package runtimetest serves the fixture runtime chart
-// (installer/runtime/testdata/gitops-runtime) from a chart repository on
-// loopback, the way an operator's mirror serves the upstream one, for the
-// tests of every ring.
+// Package runtimetest gives the tests of every ring the runtime chart: the
+// real published packages (Upstream, read from ../shared/upstream beside
+// the checkout) and a small fixture chart of onprem's own
+// (installer/runtime/testdata/gitops-runtime) for unit tests, each served
+// from a chart repository on loopback the way an operator's mirror serves
+// the upstream one.
 package runtimetest
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/registry"
 
@@ -67,6 +72,91 @@ func ServeOCI(t testing.TB, versions ...string) string {
 	for _, v := range versions {
 		if _, err := client.Push(Archive(t, v), host+"/charts/"+ChartName+":"+v); err != nil {
 			t.Fatalf("runtimetest: pushing the fixture chart %s: %v", v, err)
+		}
+	}
+	return "oci://" + host + "/charts"
+}
+
+// The real runtime chart: the published gitops-runtime packages, with
+// their subcharts, that the shipped releases install. They are test data
+// kept beside the checkout, in ../shared/upstream/gitops-runtime/ (see its
+// PROVENANCE.md; CI has ../shared beside its clone), never in the
+// repository.
+const upstreamDir = "../shared/upstream/gitops-runtime"
+
+// UpstreamPath is the path of the real chart's package at version
+// (gitops-runtime-VERSION.tgz), found from the repository's root (the
+// folder holding go.mod, above the test's working folder). A missing
+// package fails the test: it is never skipped.
+func UpstreamPath(t testing.TB, version string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("runtimetest: no go.mod above the test's folder: the real runtime chart is found from the repository's root")
+		}
+		dir = parent
+	}
+	p := filepath.Join(dir, filepath.FromSlash(upstreamDir), ChartName+"-"+version+".tgz")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("runtimetest: the real runtime chart %s %s: %v (the published packages are test data beside the checkout, in %s; CI has them)", ChartName, version, err, upstreamDir)
+	}
+	return p
+}
+
+// UpstreamArchive is the real chart's package at version.
+func UpstreamArchive(t testing.TB, version string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(UpstreamPath(t, version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+var (
+	upstreamMu     sync.Mutex
+	upstreamCharts = map[string]*chartv2.Chart{}
+)
+
+// Upstream loads the real chart at version, with its subcharts, with the
+// Helm SDK's loader (once per test binary: callers must not change it;
+// rendering never does).
+func Upstream(t testing.TB, version string) *chartv2.Chart {
+	t.Helper()
+	upstreamMu.Lock()
+	defer upstreamMu.Unlock()
+	if c, ok := upstreamCharts[version]; ok {
+		return c
+	}
+	c, err := loader.LoadArchive(bytes.NewReader(UpstreamArchive(t, version)))
+	if err != nil {
+		t.Fatalf("runtimetest: loading the real runtime chart %s: %v", version, err)
+	}
+	upstreamCharts[version] = c
+	return c
+}
+
+// ServeUpstreamOCI pushes the real chart's package at each version to a
+// new in-process OCI registry on loopback (plain HTTP) and returns the
+// chart repository to give onprem: oci://127.0.0.1:PORT/charts.
+func ServeUpstreamOCI(t testing.TB, versions ...string) string {
+	t.Helper()
+	host := testservers.Registry(t)
+	client, err := registry.NewClient(registry.ClientOptPlainHTTP())
+	if err != nil {
+		t.Fatalf("runtimetest: registry client: %v", err)
+	}
+	for _, v := range versions {
+		if _, err := client.Push(UpstreamArchive(t, v), host+"/charts/"+ChartName+":"+v); err != nil {
+			t.Fatalf("runtimetest: pushing the real runtime chart %s: %v", v, err)
 		}
 	}
 	return "oci://" + host + "/charts"
