@@ -18,7 +18,9 @@ import (
 	"onprem.dev/onprem/e2e/kindcluster"
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/bundle"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"onprem.dev/onprem/preflight"
 )
@@ -96,7 +98,7 @@ func TestPlatform(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := images.WriteOCILayout(layoutDir, releaseImages(t, rel, built)); err != nil {
+			if err := images.WriteOCILayout(layoutDir, releaseImages(t, rel, built, chartImages(t, rel))); err != nil {
 				t.Fatal(err)
 			}
 			chartVersions = append(chartVersions, rel.Runtime.ChartVersion)
@@ -384,9 +386,11 @@ func TestPlatform(t *testing.T) {
 
 // releaseImages names the built images as every image of rel: the
 // stand-ins under their release references, the reference service under
-// every platform image and under the images no stand-in covers (the
-// components that use them are not installed by this test).
-func releaseImages(t *testing.T, rel *release.Release, built []images.Image) []images.Image {
+// every platform image, under the images no stand-in covers and under
+// every image the runtime chart renders by itself (extra: the components
+// that use them are not installed by this test, and the runtime's pods
+// are not started by the ring).
+func releaseImages(t *testing.T, rel *release.Release, built []images.Image, extra []string) []images.Image {
 	t.Helper()
 	imgs, missing := images.ForRelease(rel, platformPrefix, built)
 	var ref images.Image
@@ -400,9 +404,37 @@ func releaseImages(t *testing.T, rel *release.Release, built []images.Image) []i
 		if !ok {
 			t.Fatalf("release %s: no image %s", rel.Version, m)
 		}
-		imgs = append(imgs, images.Retag(ref, ri.Repository+":"+ri.Tag)...)
+		extra = append(extra, ri.Repository+":"+ri.Tag)
+	}
+	for _, e := range extra {
+		imgs = append(imgs, images.Retag(ref, e)...)
 	}
 	return imgs
+}
+
+// chartImages are the images (repository:tag) that rel's runtime chart,
+// the ring's fixture, renders beyond the release's own: bundle create
+// finds them in the chart's render and carries them too.
+func chartImages(t *testing.T, rel *release.Release) []string {
+	t.Helper()
+	if rel.Runtime == nil {
+		return nil
+	}
+	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, PlatformImages: platformPrefix, RuntimeChart: runtimetest.Chart(t, rel.Runtime.ChartVersion)})
+	if err != nil {
+		t.Fatalf("release %s: the images its charts render: %v", rel.Version, err)
+	}
+	carried, err := bundle.CarriedImages(rel, refs, platformPrefix)
+	if err != nil {
+		t.Fatalf("release %s: %v", rel.Version, err)
+	}
+	var out []string
+	for _, img := range carried {
+		if img.Chart != "" {
+			out = append(out, img.Repository+":"+img.Tag)
+		}
+	}
+	return out
 }
 
 func mustContain(t *testing.T, out string, parts ...string) {
