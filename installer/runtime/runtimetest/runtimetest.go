@@ -64,14 +64,21 @@ func Archive(t testing.TB, version string) []byte {
 // give onprem: oci://127.0.0.1:PORT/charts.
 func ServeOCI(t testing.TB, versions ...string) string {
 	t.Helper()
+	return serveOCI(t, "the fixture chart", Archive, versions)
+}
+
+// serveOCI pushes the package archive gives for each version to a new
+// in-process OCI registry on loopback and returns its chart repository.
+func serveOCI(t testing.TB, what string, archive func(testing.TB, string) []byte, versions []string) string {
+	t.Helper()
 	host := testservers.Registry(t)
 	client, err := registry.NewClient(registry.ClientOptPlainHTTP())
 	if err != nil {
 		t.Fatalf("runtimetest: registry client: %v", err)
 	}
 	for _, v := range versions {
-		if _, err := client.Push(Archive(t, v), host+"/charts/"+ChartName+":"+v); err != nil {
-			t.Fatalf("runtimetest: pushing the fixture chart %s: %v", v, err)
+		if _, err := client.Push(archive(t, v), host+"/charts/"+ChartName+":"+v); err != nil {
+			t.Fatalf("runtimetest: pushing %s %s: %v", what, v, err)
 		}
 	}
 	return "oci://" + host + "/charts"
@@ -149,15 +156,5 @@ func Upstream(t testing.TB, version string) *chartv2.Chart {
 // chart repository to give onprem: oci://127.0.0.1:PORT/charts.
 func ServeUpstreamOCI(t testing.TB, versions ...string) string {
 	t.Helper()
-	host := testservers.Registry(t)
-	client, err := registry.NewClient(registry.ClientOptPlainHTTP())
-	if err != nil {
-		t.Fatalf("runtimetest: registry client: %v", err)
-	}
-	for _, v := range versions {
-		if _, err := client.Push(UpstreamArchive(t, v), host+"/charts/"+ChartName+":"+v); err != nil {
-			t.Fatalf("runtimetest: pushing the real runtime chart %s: %v", v, err)
-		}
-	}
-	return "oci://" + host + "/charts"
+	return serveOCI(t, "the real runtime chart", UpstreamArchive, versions)
 }
