@@ -204,7 +204,9 @@ func TestArchivesCarryEveryReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	imgs, missing := ForRelease(rel, "registry.example.com/onprem", []Image{ref, mongo})
-	wantMissing := []string{"app-proxy", "app-proxy-init", "argo-events", "argo-rollouts", "argo-workflows-controller", "argo-workflows-executor", "argo-workflows-server", "argocd", "argocd-redis", "buildkit", "consul", "event-reporter", "gitops-operator", "internal-router", "nats", "onprem", "postgresql", "rabbitmq", "redis", "runtime-installer", "sealed-secrets", "traefik"}
+	// The runtime chart's images are not the release's: bundle create
+	// finds them in the chart's render.
+	wantMissing := []string{"buildkit", "consul", "nats", "onprem", "postgresql", "rabbitmq", "redis", "traefik"}
 	if !slices.Equal(missing, wantMissing) {
 		t.Errorf("missing = %v, want %v", missing, wantMissing)
 	}
