@@ -9,25 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	psaapi "k8s.io/pod-security-admission/api"
 
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/quote"
 )
-
-// PodRulesError lists the pods of the rendered platform that break a rule
-// onprem cannot make them keep by itself: an image it cannot relocate, a
-// field the restricted Pod Security Standard of the platform's namespace
-// refuses. The charts keep every rule, so it is about what an operator's
-// overlay, values or --set added: a configuration error (exit 2).
-type PodRulesError struct {
-	Problems []string
-}
-
-func (e *PodRulesError) Error() string {
-	return "the platform's pods must keep the restricted Pod Security Standard of its namespace and come from spec.registry; " +
-		"change the overlay, values or --set that made these:\n" + strings.Join(e.Problems, "\n")
-}
 
 // podTemplatePathOf is where a workload kind keeps its pod: the path of the
 // pod's metadata and spec.
@@ -48,19 +33,20 @@ func podTemplatePathOf(kind string) []string {
 // built-in ones, and --set or values may change an image, so a sidecar
 // or image they add would otherwise escape them. It relocates every image
 // not yet in spec.registry, gives every pod and container the hardening
-// fields it leaves unset, and refuses (PodRulesError) a pod the restricted
-// Pod Security Standard refuses. The charts' own pods already keep every
+// fields it leaves unset, and refuses (a *CheckError, as Check's: the
+// field and the fix named) a pod the restricted Pod Security Standard
+// refuses or an image it cannot relocate. The charts' own pods already keep every
 // rule: for them it changes nothing.
 func (p *postRender) enforce(objs []*unstructured.Unstructured) ([]*unstructured.Unstructured, error) {
-	var problems []string
+	var problems []Problem
 	for _, o := range objs {
 		path := podTemplatePathOf(o.GetKind())
 		if path == nil {
 			continue
 		}
-		id := o.GetKind() + "/" + o.GetName()
-		if c := o.GetLabels()[ComponentLabel]; c != "" {
-			id += " (component " + c + ")"
+		id := Problem{Component: o.GetLabels()[ComponentLabel], Object: o.GetKind() + "/" + o.GetName()}
+		if id.Component == "" {
+			id.Component = PlatformComponent
 		}
 		tmpl := o.Object
 		if len(path) > 0 {
@@ -78,14 +64,15 @@ func (p *postRender) enforce(objs []*unstructured.Unstructured) ([]*unstructured
 		harden(spec, o.GetLabels()["onprem.dev/kube-api"] == "true")
 		if len(path) > 0 {
 			if err := unstructured.SetNestedField(o.Object, tmpl, path...); err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", id, err))
+				id.Rule, id.Message = "pod", err.Error()
+				problems = append(problems, id)
 				continue
 			}
 		}
-		problems = append(problems, restricted(id, tmpl)...)
+		problems = append(problems, restricted(id, tmpl, strings.Join(append(path, "spec"), "."))...)
 	}
 	if len(problems) > 0 {
-		return nil, &PodRulesError{Problems: problems}
+		return nil, &CheckError{Problems: problems}
 	}
 	return objs, nil
 }
@@ -95,12 +82,12 @@ var containerLists = []string{"initContainers", "containers", "ephemeralContaine
 
 // relocate points every image of a pod spec that is not in spec.registry
 // there, as the built-in relocation does the charts' images.
-func (p *postRender) relocate(id string, spec map[string]any) []string {
+func (p *postRender) relocate(id Problem, spec map[string]any) []Problem {
 	reg := p.in.Spec.Registry
 	if reg.Host == "" {
 		return nil
 	}
-	var problems []string
+	var problems []Problem
 	for _, field := range containerLists {
 		cs, _ := spec[field].([]any)
 		for _, c := range cs {
@@ -111,7 +98,11 @@ func (p *postRender) relocate(id string, spec map[string]any) []string {
 			}
 			to, err := relocateImage(image, reg.Host, reg.PathPrefix)
 			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: container %s: image %s cannot be relocated to spec.registry: %v", id, quote.Value(fmt.Sprint(cm["name"])), quote.Value(image), err))
+				pr := id
+				pr.Rule, pr.Field = "registry", field+"[].image"
+				pr.Message = fmt.Sprintf("container %s: image %s cannot be relocated to spec.registry: %v", quote.Value(fmt.Sprint(cm["name"])), quote.Value(image), err)
+				pr.Fix = "give a valid image reference (REGISTRY/REPOSITORY:TAG or @sha256:DIGEST)"
+				problems = append(problems, pr)
 				continue
 			}
 			cm["image"] = to
@@ -192,26 +183,20 @@ func setDefault(m map[string]any, key string, value any) {
 }
 
 // restricted is what the restricted Pod Security Standard (the latest
-// version, as the namespace's label says) refuses in a pod template.
-func restricted(id string, tmpl map[string]any) []string {
+// version, as the namespace's label says) refuses in a pod template whose
+// spec is at specPath, judged as Check judges an upstream chart's pods.
+func restricted(id Problem, tmpl map[string]any, specPath string) []Problem {
 	var pod struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
 		Spec     corev1.PodSpec    `json:"spec"`
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, &pod); err != nil {
-		return []string{fmt.Sprintf("%s: its pod is not a valid pod: %v", id, err)}
+		id.Rule, id.Message = "pod", "its pod is not a valid pod: "+err.Error()
+		return []Problem{id}
 	}
-	var out []string
-	lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
-	for _, r := range pssAll.EvaluatePod(lv, &pod.Metadata, &pod.Spec) {
-		if r.Allowed {
-			continue
-		}
-		msg := r.ForbiddenReason
-		if r.ForbiddenDetail != "" {
-			msg += " (" + r.ForbiddenDetail + ")"
-		}
-		out = append(out, fmt.Sprintf("%s: %s", id, quote.Line(msg)))
+	ps := restrictedProblems(pssAll, pod.Metadata, &pod.Spec, specPath)
+	for i := range ps {
+		ps[i].Component, ps[i].Object = id.Component, id.Object
 	}
-	return out
+	return ps
 }

@@ -202,7 +202,7 @@ spec:
 	}
 
 	for _, c := range []struct{ name, patch, want string }{
-		{"privileged", "- op: add\n  path: /spec/template/spec/containers/-\n  value: {name: x, image: busybox, securityContext: {privileged: true}}", "Deployment/pipelines-api (component pipelines-api): privileged"},
+		{"privileged", "- op: add\n  path: /spec/template/spec/containers/-\n  value: {name: x, image: busybox, securityContext: {privileged: true}}", "pipelines-api: Deployment/pipelines-api: [restricted] spec.template.spec.containers[].securityContext.privileged"},
 		{"host network", "- op: add\n  path: /spec/template/spec/hostNetwork\n  value: true", "host namespaces"},
 		{"root", "- op: add\n  path: /spec/template/spec/securityContext/runAsUser\n  value: 0", "runAsUser=0"},
 		{"escalation", "- op: add\n  path: /spec/template/spec/containers/-\n  value: {name: x, image: busybox, securityContext: {allowPrivilegeEscalation: true}}", "allowPrivilegeEscalation != false"},
@@ -213,9 +213,9 @@ spec:
 		t.Run(c.name, func(t *testing.T) {
 			dir := overlayDir(t, "kind: Component\npatches:\n  - target: {kind: Deployment, name: pipelines-api}\n    path: p.yaml\n", map[string]string{"p.yaml": c.patch})
 			_, err := renderWith(t, "private-registry-large", []string{dir})
-			var pe *PodRulesError
-			if !errors.As(err, &pe) || !IsInputError(err) || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("err = %v, want a PodRulesError with %q", err, c.want)
+			var ce *CheckError
+			if !errors.As(err, &ce) || !IsInputError(err) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want a CheckError with %q", err, c.want)
 			}
 		})
 	}

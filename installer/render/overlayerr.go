@@ -67,7 +67,6 @@ func IsInputError(err error) bool {
 	var se *SetError
 	var oe *OverlayError
 	var ve *ValuesError
-	var pe *PodRulesError
 	var ae *AvailabilityError
 	var ce *CheckError
 	var re *RuntimeInputError
@@ -75,7 +74,7 @@ func IsInputError(err error) bool {
 	if errors.As(err, &ve) && ve.Origin == "values" {
 		return false // onprem's own values: a bug, not the operator's
 	}
-	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ve) || errors.As(err, &pe) || errors.As(err, &ae) ||
+	return errors.As(err, &se) || errors.As(err, &oe) || errors.As(err, &ve) || errors.As(err, &ae) ||
 		errors.As(err, &ce) || errors.As(err, &re) || errors.As(err, &me)
 }
 
