@@ -500,7 +500,7 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 					return
 				}
 				wait := RollbackTimeout(st.Components[name].Took, timeout)
-				fmt.Fprintf(progress, "  rolling %s back to revision %d (waiting up to %s)\n", name, rev, wait)
+				fmt.Fprintf(progress, "  rolling %s back to revision %d (waiting up to %s)\n", name, rev, wait.Round(time.Second))
 				r.newRev, r.err = rel.Rollback(ctx, name, rev, wait)
 				if r.err != nil {
 					return
