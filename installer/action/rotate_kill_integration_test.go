@@ -29,6 +29,12 @@ import (
 // against the test's servers), so that a test can SIGKILL it mid-way.
 const rotateChildEnv = "ONPREM_TEST_ROTATE_CHILD"
 
+// rotateKillRollout bounds each workload's rollout in these runs. A roll
+// on the kwok cluster takes seconds alone; CI runs every package's test
+// clusters at once on two cores, where one roll once took over a minute.
+// The bound is what fails a run that never rolls, not a speed goal.
+const rotateKillRollout = 4 * time.Minute
+
 // rotateChild is what the child process rotates, and where.
 type rotateChild struct {
 	Kubeconfig, ConfigPath string
@@ -54,7 +60,7 @@ func runRotateChild(spec string) int {
 		return 2
 	}
 	_, err := (&RotateCredentials{Target: Target{Cluster: kube.Options{Kubeconfig: c.Kubeconfig}, ConfigPath: c.ConfigPath},
-		Engines: c.Engines, Admins: c.Admins, Exec: backuptest.ExecAt(&c.Servers, c.Path), Timeout: time.Minute,
+		Engines: c.Engines, Admins: c.Admins, Exec: backuptest.ExecAt(&c.Servers, c.Path), Timeout: rotateKillRollout,
 		LockWait: time.Minute, LockLease: 2 * time.Second,
 		Progress: func(line string) { fmt.Fprintln(os.Stderr, line) }}).Run(context.Background())
 	if err != nil {
@@ -190,7 +196,7 @@ func rotateKilled(t *testing.T, plat rotationPlatform) {
 		consistent("killed at " + marker)
 	}
 	res, err := (&RotateCredentials{Target: Target{Cluster: cl, ConfigPath: src.ConfigPath}, Engines: spec.Engines, Admins: spec.Admins,
-		Exec: ex, Timeout: time.Minute, LockWait: time.Minute}).Run(ctx)
+		Exec: ex, Timeout: rotateKillRollout, LockWait: time.Minute}).Run(ctx)
 	if err != nil {
 		t.Fatalf("the run after the last kill: %v", err)
 	}
