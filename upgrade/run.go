@@ -415,8 +415,10 @@ func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step,
 	rec.Phase = PhaseRollback
 	_ = save(ctx, o, rec)
 	fmt.Fprintf(o.Progress, "  step failed: %v\n  rolling back the step's components\n", cause)
+	t0 := time.Now()
 	rolled, kept, err := RollBack(ctx, o.Releases, o.State, rec.Before, o.Timeout, o.Progress)
 	fe.RolledBack, fe.Kept, fe.RollbackErr = rolled, kept, err
+	fmt.Fprintf(o.Progress, "  rolled back %d components in %.1fs\n", len(rolled), time.Since(t0).Seconds())
 	rec.RolledBack = rolled
 	if o.Reporter != nil {
 		for _, n := range rolled {
@@ -447,19 +449,27 @@ func RollbackTimeout(took, timeout time.Duration) time.Duration {
 
 // RollBack returns every component whose release is no longer at its
 // revision in before (upgraded, failed, or retired since) to that
-// revision, dependencies first (the state's DependsOn edges), and updates
-// the components' records. The components go by dependency level, as an
-// install does: those of one level are rolled back at once (at most
-// apply.DefaultConcurrency), and each rollback waits for its component to
-// be ready before the next level begins, so a service is restored after
-// what it connects to: a database restarted by its own rollback cannot
-// leave already restored services unready behind it. Components that did
-// not exist before (revision 0) are left as they are: a rollback never
-// uninstalls. Each rollback waits at most RollbackTimeout of what the
-// component's last apply took (the state's record) and timeout. A failed
-// rollback is reported and the others go on. It
-// returns the components rolled back and those left, level by level and
-// in name order within a level.
+// revision, and updates the components' records. Components that did not
+// exist before (revision 0) are left as they are: a rollback never
+// uninstalls.
+//
+// The components go by dependency level, as an install does: those of
+// one level are rolled back at once (at most apply.DefaultConcurrency),
+// and each rollback waits for its component to be ready before the next
+// level begins, so that a service is restored after the database it
+// connects to: a database restarted by its own rollback cannot leave
+// already restored services unready behind it. Only such components
+// order a rollback (see holdsDependents): a stateless dependency (a
+// Deployment rolled with no pod down, a provisioning Job whose logins the
+// previous revision's services already have) is passed through to what it
+// depends on, so a service, its UI and the provisioning Job go back side
+// by side once the databases are back.
+//
+// Each rollback waits at most RollbackTimeout of what the component's
+// last apply took (the state's record) and timeout, and says how long it
+// took. A failed rollback is reported and the others go on. It returns
+// the components rolled back and those left, level by level and in name
+// order within a level.
 func RollBack(ctx context.Context, rel Releases, st *state.State, before map[string]int, timeout time.Duration, progress io.Writer) (rolled, kept []string, err error) {
 	if progress == nil {
 		progress = io.Discard
@@ -468,6 +478,22 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 	for n := range before {
 		names = append(names, n)
 	}
+	slices.Sort(names)
+	// What each release is now: whether it moved, and whether its
+	// objects hold their dependents back.
+	lasts := make(map[string]*apply.ReleaseInfo, len(names))
+	lastErrs := map[string]error{}
+	holds := map[string]bool{}
+	for _, name := range names {
+		last, lerr := rel.Last(ctx, name)
+		if lerr != nil {
+			lastErrs[name] = fmt.Errorf("%s: %w", name, lerr)
+			holds[name] = true
+			continue
+		}
+		lasts[name] = last
+		holds[name] = last == nil || holdsDependents(last.Manifest)
+	}
 	type outcome struct {
 		rolled, kept bool
 		newRev       int
@@ -475,8 +501,9 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 		err          error
 	}
 	var errs []error
+	var outMu sync.Mutex
 	slots := make(chan struct{}, apply.DefaultConcurrency)
-	for _, level := range dependencyLevels(names, st) {
+	for _, level := range rollbackLevels(names, st, holds) {
 		results := make([]outcome, len(level))
 		var wg sync.WaitGroup
 		for i, name := range level {
@@ -486,12 +513,11 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 				slots <- struct{}{}
 				defer func() { <-slots }()
 				r := &results[i]
-				rev := before[name]
-				last, lerr := rel.Last(ctx, name)
-				if lerr != nil {
-					r.err = fmt.Errorf("%s: %w", name, lerr)
+				if lerr := lastErrs[name]; lerr != nil {
+					r.err = lerr
 					return
 				}
+				rev, last := before[name], lasts[name]
 				if rev == 0 {
 					r.kept = last != nil
 					return
@@ -500,12 +526,18 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 					return
 				}
 				wait := RollbackTimeout(st.Components[name].Took, timeout)
+				outMu.Lock()
 				fmt.Fprintf(progress, "  rolling %s back to revision %d (waiting up to %s)\n", name, rev, wait.Round(time.Second))
+				outMu.Unlock()
+				t0 := time.Now()
 				r.newRev, r.err = rel.Rollback(ctx, name, rev, wait)
 				if r.err != nil {
 					return
 				}
 				r.rolled = true
+				outMu.Lock()
+				fmt.Fprintf(progress, "  %s is back at revision %d, ready after %.1fs\n", name, rev, time.Since(t0).Seconds())
+				outMu.Unlock()
 				if info, ierr := rel.Last(ctx, name); ierr == nil && info != nil {
 					r.digest = info.Digest
 				}
@@ -534,6 +566,66 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 		}
 	}
 	return rolled, kept, errors.Join(errs...)
+}
+
+// holdsDependents says whether a component's objects (a release
+// manifest) can leave what depends on it unready while they roll: a
+// StatefulSet, whose pods (a database's one instance) stop before their
+// replacements start. Deployments roll with no pod down (maxUnavailable
+// 0), and Jobs provision what the previous revision's services already
+// use, so neither holds a rollback back. An unknown manifest ("") holds,
+// as the safe choice.
+func holdsDependents(manifest string) bool {
+	if strings.TrimSpace(manifest) == "" {
+		return true
+	}
+	for _, line := range strings.Split(manifest, "\n") {
+		if strings.TrimSpace(line) == "kind: StatefulSet" && !strings.HasPrefix(line, " ") {
+			return true
+		}
+	}
+	return false
+}
+
+// rollbackLevels orders names for a rollback: each comes after the
+// components it depends on that hold their dependents (holds; the others
+// are passed through to their own dependencies, in the state's record).
+// Dependencies outside names are passed through too, as they are not
+// rolled back.
+func rollbackLevels(names []string, st *state.State, holds map[string]bool) [][]string {
+	in := map[string]bool{}
+	for _, n := range names {
+		in[n] = true
+	}
+	deps := make(map[string][]string, len(names))
+	for _, n := range names {
+		seen := map[string]bool{n: true}
+		var walk func(c string)
+		walk = func(c string) {
+			for _, d := range st.Components[c].DependsOn {
+				if seen[d] {
+					continue
+				}
+				seen[d] = true
+				if in[d] && holds[d] {
+					deps[n] = append(deps[n], d)
+					continue
+				}
+				walk(d)
+			}
+		}
+		walk(n)
+	}
+	return dependencyLevels(names, &state.State{Components: componentsWith(deps)})
+}
+
+// componentsWith is a state record of only the edges deps.
+func componentsWith(deps map[string][]string) map[string]state.Component {
+	out := make(map[string]state.Component, len(deps))
+	for n, d := range deps {
+		out[n] = state.Component{DependsOn: d}
+	}
+	return out
 }
 
 // dependencyLevels groups names so that each comes in a later level than

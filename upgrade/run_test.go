@@ -3,6 +3,7 @@ package upgrade
 import (
 	"context"
 	"errors"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -203,6 +204,67 @@ func TestRollBackRollsOneLevelBackAtOnce(t *testing.T) {
 	}
 	if want := append(slices.Clone(level), "pipelines-ui"); !slices.Equal(rolled, want) {
 		t.Errorf("rolled %v, want %v", rolled, want)
+	}
+}
+
+// Only a component whose objects stop its pods before replacing them (a
+// database's StatefulSet) orders a rollback: the provisioning Job and the
+// stateless services are passed through to the databases they reach, so
+// once the databases are back every service, its UI and the Job go back
+// in one level, not in three.
+func TestRollBackWaitsOnlyForWhatHoldsDependents(t *testing.T) {
+	const (
+		statefulSet = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: x\n"
+		job         = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: x\n"
+		deployment  = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: ConfigMap\ndata:\n  note: |\n    kind: StatefulSet\n"
+	)
+	manifests := map[string]string{
+		"mongodb": statefulSet, "rabbitmq": statefulSet, "db-provision": job,
+		"gitops-api": deployment, "gitops-ui": deployment, "broadcaster": deployment,
+	}
+	last := map[string]*apply.ReleaseInfo{}
+	before := map[string]int{}
+	for n, m := range manifests {
+		last[n] = &apply.ReleaseInfo{Revision: 4, Deployed: true, Manifest: m}
+		before[n] = 3
+	}
+	st := &state.State{Components: map[string]state.Component{
+		"db-provision": {DependsOn: []string{"mongodb"}},
+		"gitops-api":   {DependsOn: []string{"db-provision", "rabbitmq"}},
+		"gitops-ui":    {DependsOn: []string{"gitops-api"}},
+		// redis is not rolled back: broadcaster passes through it to
+		// what it depends on.
+		"broadcaster": {DependsOn: []string{"redis"}},
+		"redis":       {DependsOn: []string{"rabbitmq"}},
+	}}
+	holds := map[string]bool{}
+	for n, m := range manifests {
+		holds[n] = holdsDependents(m)
+	}
+	names := slices.Sorted(maps.Keys(manifests))
+	got := rollbackLevels(names, st, holds)
+	want := [][]string{{"mongodb", "rabbitmq"}, {"broadcaster", "db-provision", "gitops-api", "gitops-ui"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("levels %v, want %v", got, want)
+	}
+
+	var progress strings.Builder
+	f := &fakeReleases{last: last}
+	rolled, _, err := RollBack(context.Background(), f, st, before, time.Minute, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := slices.Concat(want...); !slices.Equal(rolled, w) {
+		t.Errorf("rolled back %v, want %v", rolled, w)
+	}
+	for _, n := range names {
+		if !strings.Contains(progress.String(), n+" is back at revision 3, ready after ") {
+			t.Errorf("the progress does not say when %s was back:\n%s", n, progress.String())
+		}
+	}
+	// A release whose manifest is unknown holds, as before.
+	if !holdsDependents("") || holdsDependents(job) || !holdsDependents(statefulSet) || holdsDependents(deployment) {
+		t.Error("holdsDependents misjudges a manifest")
 	}
 }
 

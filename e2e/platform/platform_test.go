@@ -266,10 +266,18 @@ func TestPlatform(t *testing.T) {
 		}
 		took := ended - began
 		t.Logf("gitops-api applied at %.1fs, the rollback ended at %.1fs: %.1f s (was 174 s)", began, ended, took)
-		// Issue 37's goal is under 45 s; the first kind run measured
-		// 76.8 s (the failure was found 14.5 s after the apply, the
-		// rollback of the step's 19 components took 62 s). Until the
-		// rollback is faster this holds the gain over the 174 s before.
+		// Where the rollback's time went: each component's own wait.
+		for _, line := range strings.Split(stderr, "\n") {
+			if strings.Contains(line, "step failed") || strings.Contains(line, "is back at revision") || strings.Contains(line, "components in") {
+				t.Logf("rollback: %s", strings.TrimSpace(line))
+			}
+		}
+		// Issue 37's goal is under 45 s. Measured on kind: 76.8, 80.0
+		// and 73.4 s while every dependency level was rolled back in
+		// turn; 53.0 s once only StatefulSets hold their dependents
+		// (the fault found 12.6 s after the apply, the 19 components
+		// back in 40.4 s: MongoDB 11 s, then the provisioning Job's
+		// re-run 17.7 s beside the services). This holds the gain.
 		if took >= 100 {
 			t.Fatalf("from gitops-api's apply to the end of the rollback: %.1f s, want under 100 s (goal 45 s)\n%s", took, tailLines(stderr, 60))
 		}
