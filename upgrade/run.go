@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/diff"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
 )
@@ -573,14 +574,15 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 // StatefulSet, whose pods (a database's one instance) stop before their
 // replacements start. Deployments roll with no pod down (maxUnavailable
 // 0), and Jobs provision what the previous revision's services already
-// use, so neither holds a rollback back. An unknown manifest ("") holds,
-// as the safe choice.
+// use, so neither holds a rollback back. A manifest that is empty or
+// cannot be read holds, as the safe choice.
 func holdsDependents(manifest string) bool {
-	if strings.TrimSpace(manifest) == "" {
+	objs, err := diff.Objects(manifest)
+	if err != nil || len(objs) == 0 {
 		return true
 	}
-	for _, line := range strings.Split(manifest, "\n") {
-		if strings.TrimSpace(line) == "kind: StatefulSet" && !strings.HasPrefix(line, " ") {
+	for _, o := range objs {
+		if o.GetKind() == "StatefulSet" {
 			return true
 		}
 	}
@@ -616,24 +618,15 @@ func rollbackLevels(names []string, st *state.State, holds map[string]bool) [][]
 		}
 		walk(n)
 	}
-	return dependencyLevels(names, &state.State{Components: componentsWith(deps)})
-}
-
-// componentsWith is a state record of only the edges deps.
-func componentsWith(deps map[string][]string) map[string]state.Component {
-	out := make(map[string]state.Component, len(deps))
-	for n, d := range deps {
-		out[n] = state.Component{DependsOn: d}
-	}
-	return out
+	return dependencyLevels(names, deps)
 }
 
 // dependencyLevels groups names so that each comes in a later level than
-// the names it depends on in the state's record (dependencies outside
-// names do not count); each level in name order. A cycle, which a
+// the names it depends on in deps (dependencies outside names do not
+// count); each level in name order. A cycle, which a
 // validated release cannot have, leaves its members one per level at the
 // end, in name order.
-func dependencyLevels(names []string, st *state.State) [][]string {
+func dependencyLevels(names []string, deps map[string][]string) [][]string {
 	slices.Sort(names)
 	in := map[string]bool{}
 	for _, n := range names {
@@ -648,7 +641,7 @@ func dependencyLevels(names []string, st *state.State) [][]string {
 				continue
 			}
 			ready := true
-			for _, d := range st.Components[n].DependsOn {
+			for _, d := range deps[n] {
 				if in[d] && !done[d] && d != n {
 					ready = false
 					break

@@ -269,10 +269,7 @@ func TestRollBackWaitsOnlyForWhatHoldsDependents(t *testing.T) {
 }
 
 func TestDependencyLevelsPutsACycleLastOneByOne(t *testing.T) {
-	st := &state.State{Components: map[string]state.Component{
-		"a": {DependsOn: []string{"b"}}, "b": {DependsOn: []string{"a"}}, "c": {},
-	}}
-	got := dependencyLevels([]string{"b", "a", "c"}, st)
+	got := dependencyLevels([]string{"b", "a", "c"}, map[string][]string{"a": {"b"}, "b": {"a"}})
 	if want := [][]string{{"c"}, {"a"}, {"b"}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("levels %v, want %v", got, want)
 	}
