@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"onprem.dev/onprem/e2e/buildplan"
 	"onprem.dev/onprem/e2e/internal/kubemod"
 )
 
@@ -70,6 +71,7 @@ func CacheDir() string {
 var (
 	binsMu     sync.Mutex
 	binsCached *Bins
+	cpCached   *Bins
 )
 
 // Binaries returns the paths of kube-apiserver, kube-controller-manager,
@@ -80,26 +82,54 @@ var (
 // test binaries from building the same thing twice. log (may be nil)
 // receives progress with elapsed times.
 func Binaries(ctx context.Context, log func(string, ...any)) (*Bins, error) {
+	return binaries(ctx, log, &binsCached, func(artifact) bool { return true })
+}
+
+// ControlPlaneBinaries is Binaries without kwok: what a kind node's
+// control plane runs (e2e/kindcluster), and nothing that a kind cluster
+// does not need. Kwok and KwokStages are set but may not exist.
+func ControlPlaneBinaries(ctx context.Context, log func(string, ...any)) (*Bins, error) {
+	return binaries(ctx, log, &cpCached, func(a artifact) bool { return !a.kwok })
+}
+
+// ControlPlaneCached reports whether ControlPlaneBinaries would build
+// nothing.
+func ControlPlaneCached() bool {
+	b := &builder{dir: CacheDir()}
+	for _, a := range b.artifacts() {
+		if !a.kwok && !b.present(a) {
+			return false
+		}
+	}
+	return true
+}
+
+func binaries(ctx context.Context, log func(string, ...any), cached **Bins, want func(artifact) bool) (*Bins, error) {
 	binsMu.Lock()
 	defer binsMu.Unlock()
-	if binsCached != nil {
-		return binsCached, nil
+	if *cached != nil {
+		return *cached, nil
 	}
 	if log == nil {
 		log = func(string, ...any) {}
 	}
-	b := &builder{dir: CacheDir(), log: log}
+	b := &builder{dir: CacheDir(), log: log, want: want}
 	bins, err := b.run(ctx)
 	if err != nil {
 		return nil, err
 	}
-	binsCached = bins
+	*cached = bins
 	return bins, nil
 }
 
 type builder struct {
-	dir   string
-	log   func(string, ...any)
+	dir  string
+	log  func(string, ...any)
+	want func(artifact) bool // the artifacts to build (nil: all)
+
+	kubeMu    sync.Mutex
+	kubeReady bool // the wrapper module of the Kubernetes components is prepared
+
 	env   []string // environment for the go commands
 	flags string   // the machine's GOFLAGS without -mod
 	start time.Time
@@ -109,7 +139,11 @@ type builder struct {
 type artifact struct {
 	name    string
 	version string
-	build   func(ctx context.Context, tmp string) error
+	kwok    bool // kwok's, which only the integration ring needs
+	kube    bool // a Kubernetes component (built from the wrapper module)
+	// estimate is the cold build time on 2 cores (e2e/buildplan).
+	estimate time.Duration
+	build    func(ctx context.Context, tmp string) error
 }
 
 func (b *builder) binDir() string { return filepath.Join(b.dir, "bin") }
@@ -141,30 +175,42 @@ func (b *builder) present(a artifact) bool {
 
 func (b *builder) artifacts() []artifact {
 	var as []artifact
-	kubeReady := false
+	estimates := map[string]time.Duration{"kube-apiserver": 13 * time.Minute, "kube-controller-manager": 2 * time.Minute, "kube-scheduler": time.Minute}
 	for _, c := range kubeCommands {
-		as = append(as, artifact{name: c, version: KubeVersion, build: func(ctx context.Context, tmp string) error {
-			if !kubeReady {
-				if err := b.prepareKubeModule(ctx); err != nil {
-					return err
-				}
-				kubeReady = true
+		as = append(as, artifact{name: c, version: KubeVersion, kube: true, estimate: estimates[c], build: func(ctx context.Context, tmp string) error {
+			if err := b.prepareKubeOnce(ctx); err != nil {
+				return err
 			}
 			return b.buildKube(ctx, c, tmp)
 		}})
 	}
 	as = append(as,
-		artifact{name: "etcd", version: EtcdVersion, build: b.buildEtcd},
-		artifact{name: "kwok", version: KwokVersion, build: b.buildKwok},
-		artifact{name: "kwok-stages.yaml", version: KwokVersion, build: b.collectKwokStages},
+		artifact{name: "etcd", version: EtcdVersion, estimate: time.Minute, build: b.buildEtcd},
+		artifact{name: "kwok", version: KwokVersion, kwok: true, estimate: 2 * time.Minute, build: b.buildKwok},
+		artifact{name: "kwok-stages.yaml", version: KwokVersion, kwok: true, estimate: 10 * time.Second, build: b.collectKwokStages},
 	)
 	return as
+}
+
+// prepareKubeOnce prepares the wrapper module for the first Kubernetes
+// component this builder builds.
+func (b *builder) prepareKubeOnce(ctx context.Context) error {
+	b.kubeMu.Lock()
+	defer b.kubeMu.Unlock()
+	if b.kubeReady {
+		return nil
+	}
+	if err := b.prepareKubeModule(ctx); err != nil {
+		return err
+	}
+	b.kubeReady = true
+	return nil
 }
 
 func (b *builder) missing() []artifact {
 	var out []artifact
 	for _, a := range b.artifacts() {
-		if !b.present(a) {
+		if (b.want == nil || b.want(a)) && !b.present(a) {
 			out = append(out, a)
 		}
 	}
@@ -203,32 +249,63 @@ func (b *builder) run(ctx context.Context) (*Bins, error) {
 		names = append(names, a.name)
 	}
 	b.log("testcluster: building %s into %s (once; cached afterwards)", strings.Join(names, ", "), b.binDir())
+	// One build plan: etcd and kwok compile beside the Kubernetes
+	// components, which follow one another (they share most packages,
+	// which Go's build cache then compiles once).
+	var steps []buildplan.Step
+	prev := ""
 	for _, a := range todo {
-		t0 := time.Now()
-		final := filepath.Join(b.binDir(), a.name)
-		tmp := filepath.Join(b.binDir(), fmt.Sprintf(".%s.tmp-%d", a.name, os.Getpid()))
-		_ = os.Remove(tmp)
-		if err := a.build(ctx, tmp); err != nil {
-			_ = os.Remove(tmp)
-			return nil, fmt.Errorf("testcluster: building %s: %w", a.name, err)
+		st := buildplan.Step{
+			Name:     "testcluster/" + a.name,
+			Uses:     []buildplan.Resource{buildplan.CPU},
+			Estimate: a.estimate,
+			Fresh:    func(context.Context) bool { return b.present(a) },
+			Run:      func(ctx context.Context) error { return b.install(ctx, a) },
 		}
-		// Old binary out, stamp in, new binary last: the binary's presence
-		// is what marks the pair complete.
-		if err := os.Remove(final); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
+		if a.kube {
+			if prev != "" {
+				st.Needs = []string{prev}
+			}
+			prev = st.Name
 		}
-		if err := writeFileAtomic(final+".version", []byte(a.version+"\n"), 0o644); err != nil {
-			return nil, err
+		if a.name == "kwok-stages.yaml" {
+			st.Uses = []buildplan.Resource{buildplan.IO}
 		}
-		if err := os.Rename(tmp, final); err != nil {
-			return nil, err
-		}
-		d := time.Since(t0).Round(100 * time.Millisecond)
-		b.log("testcluster: built %s %s in %s (total %s)", a.name, a.version, d, time.Since(b.start).Round(time.Second))
-		b.record(fmt.Sprintf("%s %s built in %s", a.name, a.version, d))
+		steps = append(steps, st)
+	}
+	if _, err := buildplan.Run(ctx, buildplan.Options{StateDir: buildplan.StateDir(), Log: b.log}, steps...); err != nil {
+		return nil, fmt.Errorf("testcluster: %w", err)
 	}
 	b.record(fmt.Sprintf("total %s for %s", time.Since(b.start).Round(time.Second), strings.Join(names, ", ")))
 	return b.bins(), nil
+}
+
+// install builds a into a temporary file and moves it into place with its
+// stamp.
+func (b *builder) install(ctx context.Context, a artifact) error {
+	t0 := time.Now()
+	final := filepath.Join(b.binDir(), a.name)
+	tmp := filepath.Join(b.binDir(), fmt.Sprintf(".%s.tmp-%d", a.name, os.Getpid()))
+	_ = os.Remove(tmp)
+	if err := a.build(ctx, tmp); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("building %s: %w", a.name, err)
+	}
+	// Old binary out, stamp in, new binary last: the binary's presence
+	// is what marks the pair complete.
+	if err := os.Remove(final); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := writeFileAtomic(final+".version", []byte(a.version+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	d := time.Since(t0).Round(100 * time.Millisecond)
+	b.log("testcluster: built %s %s in %s (total %s)", a.name, a.version, d, time.Since(b.start).Round(time.Second))
+	b.record(fmt.Sprintf("%s %s built in %s", a.name, a.version, d))
+	return nil
 }
 
 // record appends a line to build-times.txt in the cache folder: the
