@@ -36,6 +36,9 @@ type builder struct {
 	modOnce sync.Once
 	modRoot string
 	modErr  error
+
+	stampMu sync.Mutex
+	stamps  map[string]string // by image name
 }
 
 // stampOf reads the stamp written next to path (path.stamp), or "".

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
+	"onprem.dev/onprem/e2e/buildplan"
 	"onprem.dev/onprem/installer/release"
 )
 
@@ -87,9 +88,32 @@ func Names() []string {
 // Build builds the named images, or reads them from the cache when it
 // holds them built from the same inputs ($ONPREM_CACHE/images; see the
 // README for the layout). A warm Build builds nothing and takes no lock.
-// Images are built one after the other (the machine's cores go to each
-// compile). log receives progress lines (printf style; nil: slog).
+// The images are steps of an e2e/buildplan run (NewPlan): the Debian root
+// filesystems (downloads and disk) overlap the Go builds. log receives
+// progress lines (printf style; nil: slog).
 func Build(ctx context.Context, names []string, log func(string, ...any)) ([]Image, error) {
+	p, err := NewPlan(ctx, names, log)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := buildplan.Run(ctx, buildplan.Options{StateDir: buildplan.StateDir(), Log: p.b.log}, p.Steps()...); err != nil {
+		return nil, fmt.Errorf("images: %w", err)
+	}
+	return p.Images(ctx)
+}
+
+// Plan is Build's work as build steps, for a caller that runs them
+// together with other steps (e2e/prebuild runs them with the kind
+// toolchain's).
+type Plan struct {
+	b       *builder
+	names   []string
+	recipes map[string]recipe
+	latest  *release.Release
+}
+
+// NewPlan checks the names and the cache folder.
+func NewPlan(ctx context.Context, names []string, log func(string, ...any)) (*Plan, error) {
 	if log == nil {
 		log = func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) }
 	}
@@ -111,22 +135,90 @@ func Build(ctx context.Context, names []string, log func(string, ...any)) ([]Ima
 	if err != nil {
 		return nil, err
 	}
-	var out []Image
+	p := &Plan{b: b, recipes: recipes, latest: latest}
 	seen := map[string]bool{}
 	for _, n := range names {
-		if seen[n] {
-			continue
+		if !seen[n] {
+			seen[n] = true
+			p.names = append(p.names, n)
 		}
-		seen[n] = true
-		img, err := b.one(ctx, n, recipes[n])
+	}
+	return p, nil
+}
+
+// Steps are the build steps, named images/...: the Debian base root
+// filesystem, each Debian image's root filesystem, and each image.
+// Estimates are cold times on the project's 2-core machine.
+func (p *Plan) Steps() []buildplan.Step {
+	b := p.b
+	var steps []buildplan.Step
+	debian := map[string]debianSpec{"postgresql": postgresImage, "redis": redisImage, "rabbitmq": rabbitmqImage}
+	estimates := map[string]time.Duration{
+		"traefik": 10 * time.Minute, "mongodb": 8 * time.Minute, "onprem": time.Minute,
+		"postgresql": 30 * time.Second, "redis": 20 * time.Second, "rabbitmq": 30 * time.Second,
+		"rootfs-postgresql": 2 * time.Minute, "rootfs-redis": 45 * time.Second, "rootfs-rabbitmq": 90 * time.Second,
+	}
+	base := false
+	for _, n := range p.names {
+		if _, ok := debian[n]; ok && !base {
+			base = true
+			steps = append(steps, buildplan.Step{
+				Name: "images/debian-base", Uses: []buildplan.Resource{buildplan.IO, buildplan.Apt}, Estimate: 2 * time.Minute,
+				Fresh: func(context.Context) bool {
+					return fresh(filepath.Join(b.dir, "rootfs", "base-"+DebianSuite+".tar"), b.baseStamp())
+				},
+				Run: func(ctx context.Context) error { _, err := b.debianBase(ctx); return err },
+			})
+		}
+	}
+	for _, n := range p.names {
+		r := p.recipes[n]
+		img := buildplan.Step{
+			Name: "images/" + n, Uses: []buildplan.Resource{buildplan.CPU}, Estimate: 30 * time.Second,
+			Fresh: func(ctx context.Context) bool {
+				stamp, err := b.stamp(ctx, n, r)
+				return err == nil && fresh(filepath.Join(b.dir, "oci", n), stamp)
+			},
+			Run: func(ctx context.Context) error {
+				if _, err := b.one(ctx, n, r); err != nil {
+					return fmt.Errorf("images: %s: %w", n, err)
+				}
+				return nil
+			},
+		}
+		if d, ok := estimates[n]; ok {
+			img.Estimate = d
+		}
+		if spec, ok := debian[n]; ok {
+			rootfs := "images/rootfs-" + n
+			steps = append(steps, buildplan.Step{
+				Name: rootfs, Needs: []string{"images/debian-base"}, Uses: []buildplan.Resource{buildplan.IO},
+				Estimate: estimates["rootfs-"+n],
+				Fresh:    func(context.Context) bool { return fresh(filepath.Join(b.dir, "rootfs", n), b.rootfsStamp(spec)) },
+				Run:      func(ctx context.Context) error { _, err := b.debianRootfs(ctx, spec); return err },
+			})
+			img.Needs = []string{rootfs}
+		}
+		steps = append(steps, img)
+	}
+	return steps
+}
+
+// Images reads the images from the cache (building any the steps did
+// not), in the order they were named.
+func (p *Plan) Images(ctx context.Context) ([]Image, error) {
+	var out []Image
+	for _, n := range p.names {
+		r := p.recipes[n]
+		img, err := p.b.one(ctx, n, r)
 		if err != nil {
 			return nil, fmt.Errorf("images: %s: %w", n, err)
 		}
-		ref := recipes[n].ref
-		if r := recipes[n].release; r != "" {
-			ri, ok := latest.Image(r)
+		ref := r.ref
+		if rn := r.release; rn != "" {
+			ri, ok := p.latest.Image(rn)
 			if !ok {
-				return nil, fmt.Errorf("images: %s: release %s names no image %q", n, latest.Version, r)
+				return nil, fmt.Errorf("images: %s: release %s names no image %q", n, p.latest.Version, rn)
 			}
 			ref = ri.Repository + ":" + ri.Tag
 		}
@@ -152,7 +244,7 @@ func latestRelease() (*release.Release, error) {
 // one returns the image called name from the cache, building it first
 // when the cache lacks it or holds it built from other inputs.
 func (b *builder) one(ctx context.Context, name string, r recipe) (v1.Image, error) {
-	stamp, err := r.stamp(ctx)
+	stamp, err := b.stamp(ctx, name, r)
 	if err != nil {
 		return nil, fmt.Errorf("computing the input stamp: %w", err)
 	}
@@ -203,6 +295,25 @@ func (b *builder) one(ctx context.Context, name string, r recipe) (v1.Image, err
 		b.log("images: %s from the cache (stamp %s)", name, stamp)
 	}
 	return img, nil
+}
+
+// stamp is r's input stamp, computed once per builder (the sources do not
+// change while a build runs).
+func (b *builder) stamp(ctx context.Context, name string, r recipe) (string, error) {
+	b.stampMu.Lock()
+	defer b.stampMu.Unlock()
+	if s, ok := b.stamps[name]; ok {
+		return s, nil
+	}
+	s, err := r.stamp(ctx)
+	if err != nil {
+		return "", err
+	}
+	if b.stamps == nil {
+		b.stamps = map[string]string{}
+	}
+	b.stamps[name] = s
+	return s, nil
 }
 
 // annotationName marks the image in a cache layout.

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"onprem.dev/onprem/e2e/buildplan"
 	"onprem.dev/onprem/e2e/testcluster"
 )
 
@@ -152,11 +153,17 @@ func Ensure(ctx context.Context, opts Options) (*Toolchain, error) {
 	if tc := ensureCached[dir]; tc != nil {
 		return tc, nil
 	}
-	b := &builder{dir: dir, logf: logf}
-	tc, err := b.ensure(ctx)
+	p, err := NewPlan(ctx, Options{Log: logf, CacheDir: dir})
 	if err != nil {
 		return nil, err
 	}
+	defer p.Close()
+	if steps := p.Steps(); len(steps) > 0 {
+		if _, err := buildplan.Run(ctx, buildplan.Options{StateDir: buildplan.StateDir(), Log: logf}, steps...); err != nil {
+			return nil, fmt.Errorf("kindcluster: preparing the toolchain: %w", err)
+		}
+	}
+	tc := p.Toolchain()
 	ensureCached[dir] = tc
 	return tc, nil
 }
@@ -191,104 +198,6 @@ func (b *builder) toolchain() *Toolchain {
 		NodeImage: NodeImage,
 		DockerLog: b.dockerLog,
 	}
-}
-
-func (b *builder) ensure(ctx context.Context) (*Toolchain, error) {
-	t0 := time.Now()
-	if err := os.MkdirAll(b.binDir(), 0o755); err != nil {
-		return nil, fmt.Errorf("kindcluster: cache folder: %w", err)
-	}
-	// Fast path: docker answers with a runtime that exists, and the node
-	// image is the one the cached inputs describe. No lock: nothing is
-	// written.
-	if b.dockerAnswers(ctx) == nil && b.checkDockerRuntime(ctx, hostNeedsNoSysRes()) == nil {
-		if ok, _ := b.nodeImageCurrent(ctx); ok && b.binariesPresent() {
-			b.log("toolchain ready (cached, %s)", time.Since(t0).Round(time.Millisecond))
-			return b.toolchain(), nil
-		}
-	}
-
-	unlock, err := lockFile(ctx, filepath.Join(b.dir, ".lock"), b.log)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	b.removeStale()
-	b.log("preparing the kind toolchain in %s (cold steps are built once and cached)", b.dir)
-
-	// Two chains in parallel: the host's (packages, dockerd, root
-	// filesystem, base image: mostly downloads and disk) and the Go builds
-	// (CPU).
-	var wg sync.WaitGroup
-	var hostErr, goErr error
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		hostErr = b.hostChain(ctx)
-	}()
-	go func() {
-		defer wg.Done()
-		goErr = b.goChain(ctx)
-	}()
-	wg.Wait()
-	if err := errors.Join(hostErr, goErr); err != nil {
-		return nil, err
-	}
-	if err := b.step(ctx, "control-plane-images", b.ensureControlPlaneImages); err != nil {
-		return nil, err
-	}
-	if err := b.step(ctx, "node-image", b.ensureNodeImage); err != nil {
-		return nil, err
-	}
-	b.log("toolchain ready in %s", time.Since(t0).Round(time.Second))
-	return b.toolchain(), nil
-}
-
-func (b *builder) hostChain(ctx context.Context) error {
-	for _, s := range []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"host-packages", b.ensureHostPackages},
-		{"dockerd", b.ensureDocker},
-		{"rootfs", b.ensureRootfs},
-		{"base-image", b.ensureBaseImage},
-	} {
-		if err := b.step(ctx, s.name, s.fn); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (b *builder) goChain(ctx context.Context) error {
-	for _, s := range []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"control-plane-binaries", b.ensureControlPlaneBinaries},
-		{"kube-binaries", b.ensureKubeBinaries},
-		{"kind", b.ensureKind},
-		{"pause", b.ensurePause},
-		{"containerd", b.ensureContainerd},
-		{"coredns", b.ensureCoreDNS},
-		{"kube-router", b.ensureKubeRouter},
-	} {
-		if err := b.step(ctx, s.name, s.fn); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// step runs one step and logs how long it took.
-func (b *builder) step(ctx context.Context, name string, fn func(context.Context) error) error {
-	t0 := time.Now()
-	if err := fn(ctx); err != nil {
-		return fmt.Errorf("kindcluster: %s: %w", name, err)
-	}
-	b.log("[%s] ok (%s)", name, time.Since(t0).Round(100*time.Millisecond))
-	return nil
 }
 
 // removeStale removes what killed builds left behind; the caller holds the

@@ -58,7 +58,7 @@ func (b *builder) goCmd(ctx context.Context, step, dir string, extraEnv []string
 // ensureControlPlaneBinaries builds (or finds in e2e/testcluster's cache)
 // kube-apiserver, kube-controller-manager, kube-scheduler and etcd.
 func (b *builder) ensureControlPlaneBinaries(ctx context.Context) error {
-	_, err := testcluster.Binaries(ctx, b.logf)
+	_, err := testcluster.ControlPlaneBinaries(ctx, b.logf)
 	return err
 }
 

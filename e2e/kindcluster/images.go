@@ -224,7 +224,7 @@ func (b *builder) imageRefs(ctx context.Context) ([]string, error) {
 // controlPlaneSpecs maps kubeadm's image references to images made from
 // the cached binaries.
 func (b *builder) controlPlaneSpecs(ctx context.Context, refs []string) ([]ImageSpec, []string, error) {
-	cp, err := testcluster.Binaries(ctx, b.logf)
+	cp, err := testcluster.ControlPlaneBinaries(ctx, b.logf)
 	if err != nil {
 		return nil, nil, err
 	}

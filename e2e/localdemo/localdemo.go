@@ -1,9 +1,9 @@
 //go:build linux
 
 // Package localdemo prepares, with no registry, what 'onprem local up'
-// needs on this machine: the kind node image (e2e/kindcluster.Ensure,
-// which also starts dockerd with the runtime this host needs) and one
-// docker-archive of the platform's images (e2e/images), named as every
+// needs on this machine, built as one plan (e2e/prebuild): the kind node
+// image (e2e/kindcluster, which also starts dockerd with the runtime this
+// host needs) and one docker-archive of the platform's images (e2e/images), named as every
 // embedded release names them. 'make demo' and installer/local's kind test
 // use it through Prepare.
 //
@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/e2e/images"
-	"onprem.dev/onprem/e2e/kindcluster"
+	"onprem.dev/onprem/e2e/prebuild"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/release"
 )
@@ -77,14 +77,11 @@ func Prepare(ctx context.Context, o Options) (*Result, error) {
 	if o.PlatformImages == "" {
 		o.PlatformImages = config.DefaultPlatformImages
 	}
-	tc, err := kindcluster.Ensure(ctx, kindcluster.Options{Log: logf})
+	pre, err := prebuild.Kind(ctx, prebuild.Options{Log: logf})
 	if err != nil {
-		return nil, fmt.Errorf("localdemo: the kind node image: %w", err)
+		return nil, fmt.Errorf("localdemo: the kind node image and the platform's images: %w", err)
 	}
-	built, err := images.Build(ctx, images.Names(), logf)
-	if err != nil {
-		return nil, fmt.Errorf("localdemo: the platform's images: %w", err)
-	}
+	tc, built := pre.Toolchain, pre.Images
 	rels, err := release.Embedded()
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 
 	"onprem.dev/onprem/e2e/images"
 	"onprem.dev/onprem/e2e/kindcluster"
+	"onprem.dev/onprem/e2e/prebuild"
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/bundle"
@@ -57,12 +58,12 @@ func TestPlatform(t *testing.T) {
 	e.step("build the onprem binary", func() { e.bin = buildOnprem(t, dir) })
 
 	var built []images.Image
-	e.step("build the images", func() {
-		var err error
-		built, err = images.Build(ctx, images.Names(), t.Logf)
+	e.step("build the images and the kind node image", func() {
+		pre, err := prebuild.Kind(ctx, prebuild.Options{Log: t.Logf})
 		if err != nil {
-			t.Fatalf("building the images: %v", err)
+			t.Fatalf("building the images and the kind toolchain: %v", err)
 		}
+		built = pre.Images
 	})
 
 	e.step("create the kind cluster", func() {
