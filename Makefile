@@ -63,8 +63,9 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 ./installer/render/... ./installer/apply/... ./installer/action/... ./installer/bundle/... ./e2e/testcluster/...
 
 # Try the platform on this machine when no registry is reachable: build the
-# offline kind node image and the platform's images (e2e/localdemo: cached,
-# up to half an hour the first time on 2 cores, seconds after), then run
+# offline kind node image and the platform's images (e2e/localdemo, built
+# as one plan by e2e/prebuild: cached, long the first time on 2 cores,
+# where its first line says how long; seconds after), then run
 # 'bin/onprem local up' with them. The images are stand-ins: every platform
 # service runs the reference service, MongoDB is FerretDB.
 # 'bin/onprem local down' removes the cluster. DEMO_FLAGS are more flags for

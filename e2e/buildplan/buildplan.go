@@ -480,11 +480,11 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		where := "on this machine"
 		for _, n := range r.order {
 			if r.stored[n.Name].Took == 0 {
-				where = "on 2 cores (this machine has not measured every step yet)"
+				where = "on 2 cores (not every step measured on this machine yet)"
 				break
 			}
 		}
-		r.logf("%d of %d steps to build, about %s (a cold run of these steps takes about %s %s)",
+		r.logf("%d of %d steps to build, about %s; a cold run takes about %s %s",
 			r.toBuild, len(r.order), roundEstimate(now), roundEstimate(cold), where)
 	} else {
 		r.prioritize(func(n *node) bool { return n.willBuild })

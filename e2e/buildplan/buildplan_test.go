@@ -382,7 +382,7 @@ func TestProgressLines(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"build: 1 of 2 steps to build, about 10 min (a cold run of these steps takes about 30 min on this machine)",
+		"build: 1 of 2 steps to build, about 10 min; a cold run takes about 30 min on this machine",
 		"build: [1/2] a: cached",
 		"build: b: building (about 10 min)",
 	}
