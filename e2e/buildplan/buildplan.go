@@ -279,7 +279,7 @@ type runner struct {
 	order  []*node
 	t0     time.Time
 
-	cold    bool // estimates are of a cold run
+	cold bool // estimates are of a cold run
 
 	mu      sync.Mutex
 	stored  map[string]record // from StateDir
