@@ -37,16 +37,18 @@ import (
 	"time"
 )
 
-// StateDir is where the rings keep their build state:
-// $ONPREM_CACHE/buildplan, with ONPREM_CACHE defaulting to
-// /var/cache/onprem.
-func StateDir() string {
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
+// CacheRoot is the folder of every cache of the rings' builds:
+// $ONPREM_CACHE, default /var/cache/onprem.
+func CacheRoot() string {
+	if root := os.Getenv("ONPREM_CACHE"); root != "" {
+		return root
 	}
-	return filepath.Join(root, "buildplan")
+	return "/var/cache/onprem"
 }
+
+// StateDir is where the rings keep their build state:
+// $ONPREM_CACHE/buildplan.
+func StateDir() string { return filepath.Join(CacheRoot(), "buildplan") }
 
 // Resource is a kind of capacity a step holds while it runs.
 type Resource string

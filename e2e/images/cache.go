@@ -16,16 +16,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"onprem.dev/onprem/e2e/buildplan"
 )
 
 // CacheDir is where the images and what they are made of are kept:
 // $ONPREM_CACHE/images, with ONPREM_CACHE defaulting to /var/cache/onprem.
 func CacheDir() string {
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
-	}
-	return filepath.Join(root, "images")
+	return filepath.Join(buildplan.CacheRoot(), "images")
 }
 
 // builder holds what one Build call shares: the cache folder and the log.

@@ -118,11 +118,7 @@ type Toolchain struct {
 // CacheDir returns the harness's default cache folder: $ONPREM_CACHE/kind,
 // with ONPREM_CACHE defaulting to /var/cache/onprem.
 func CacheDir() string {
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
-	}
-	return filepath.Join(root, "kind")
+	return filepath.Join(buildplan.CacheRoot(), "kind")
 }
 
 var (

@@ -28,6 +28,8 @@ import (
 	"onprem.dev/onprem/e2e/prebuild"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/release"
+
+	"onprem.dev/onprem/e2e/buildplan"
 )
 
 // StandIns says what the demo's images really are; the demo prints it.
@@ -68,11 +70,7 @@ func Prepare(ctx context.Context, o Options) (*Result, error) {
 		logf = func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) }
 	}
 	if o.Archive == "" {
-		root := os.Getenv("ONPREM_CACHE")
-		if root == "" {
-			root = "/var/cache/onprem"
-		}
-		o.Archive = filepath.Join(root, "localdemo", "platform-images.tar")
+		o.Archive = filepath.Join(buildplan.CacheRoot(), "localdemo", "platform-images.tar")
 	}
 	if o.PlatformImages == "" {
 		o.PlatformImages = config.DefaultPlatformImages

@@ -61,11 +61,7 @@ type Bins struct {
 // $ONPREM_CACHE/kube/<KubeVersion>, with ONPREM_CACHE defaulting to
 // /var/cache/onprem.
 func CacheDir() string {
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
-	}
-	return filepath.Join(root, "kube", KubeVersion)
+	return filepath.Join(buildplan.CacheRoot(), "kube", KubeVersion)
 }
 
 var (

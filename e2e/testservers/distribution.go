@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"onprem.dev/onprem/e2e/buildplan"
 )
 
 // DistributionVersion is the release of the CNCF distribution registry
@@ -141,12 +143,7 @@ http:
 
 var distribution = &cachedBinary{what: "distribution", file: "registry-" + DistributionVersion, src: "distribution", version: DistributionVersion, build: buildDistribution}
 
-func cacheRoot() string {
-	if root := os.Getenv("ONPREM_CACHE"); root != "" {
-		return root
-	}
-	return "/var/cache/onprem"
-}
+func cacheRoot() string { return buildplan.CacheRoot() }
 
 // DistributionBinary returns the path of the registry binary,
 // $ONPREM_CACHE/bin/registry-<DistributionVersion>, building it first when

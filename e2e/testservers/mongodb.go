@@ -21,6 +21,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"onprem.dev/onprem/e2e/buildplan"
 )
 
 // FerretDBVersion is the FerretDB release that MongoDB runs.
@@ -87,11 +89,7 @@ var (
 
 // FerretDBCacheDir is $ONPREM_CACHE/ferretdb.
 func FerretDBCacheDir() string {
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
-	}
-	return filepath.Join(root, "ferretdb")
+	return filepath.Join(buildplan.CacheRoot(), "ferretdb")
 }
 
 // FerretDB returns the path of the FerretDB binary, building it first when
