@@ -190,6 +190,11 @@ func waitRolledOut(ctx context.Context, c kubernetes.Interface, ns string, w wor
 		return why == "", nil
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped from outside (an interrupt, a lost lock): say
+			// why, not the last poll's "context canceled".
+			return fmt.Errorf("waiting for %s to roll out: %w", w, context.Cause(ctx))
+		}
 		return fmt.Errorf("%s did not roll out within %s (%s): 'onprem status' and 'kubectl -n %s describe %s' show why",
 			w, timeout, why, ns, strings.ToLower(w.kind)+"/"+w.name)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -312,5 +313,31 @@ func TestRenewIfDue(t *testing.T) {
 		if res, err := RenewIfDue(ctx, c, ns, 1, t0.Add(800*24*time.Hour)); res != nil || err != nil {
 			t.Errorf("without a generated Secret: %+v, %v", res, err)
 		}
+	}
+}
+
+// A rollout wait stopped from outside says why (a lost lock), not the
+// last poll's "context canceled", and not that the rollout timed out.
+func TestRolloutWaitStoppedSaysWhy(t *testing.T) {
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "gitops-api", Namespace: "onprem", Generation: 2},
+		Status:     appsv1.DeploymentStatus{ObservedGeneration: 1},
+	}
+	c := fake.NewSimpleClientset(d)
+	lost := errors.New("lost the installation lock")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	go func() { time.Sleep(1500 * time.Millisecond); cancel(lost) }()
+	err := waitRolledOut(ctx, c, "onprem", workload{kind: "Deployment", name: "gitops-api"}, time.Minute)
+	if !errors.Is(err, lost) {
+		t.Fatalf("error %v, want it to carry the cause %q", err, lost)
+	}
+	if strings.Contains(err.Error(), "did not roll out within") {
+		t.Errorf("error %q blames the rollout's timeout", err)
+	}
+
+	// Not stopped: the timeout and the reason are named.
+	err = waitRolledOut(context.Background(), c, "onprem", workload{kind: "Deployment", name: "gitops-api"}, 1500*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "did not roll out within 1.5s (its controller has not seen the change yet)") {
+		t.Fatalf("error %v, want the timeout and what is pending", err)
 	}
 }
