@@ -35,6 +35,13 @@ const rotateChildEnv = "ONPREM_TEST_ROTATE_CHILD"
 // The bound is what fails a run that never rolls, not a speed goal.
 const rotateKillRollout = 4 * time.Minute
 
+// rotateKillLease is the children's lock lease: short, so that the run
+// after a SIGKILL takes the dead run's lock over soon, but long enough to
+// be renewed under CI's load. With 2 s (renewed every 0.7 s) a renewal
+// that waited on the client's rate limiter (over a second under load)
+// came too late: the lock was lost and the run stopped mid-rotation.
+const rotateKillLease = 8 * time.Second
+
 // rotateChild is what the child process rotates, and where.
 type rotateChild struct {
 	Kubeconfig, ConfigPath string
@@ -61,7 +68,7 @@ func runRotateChild(spec string) int {
 	}
 	_, err := (&RotateCredentials{Target: Target{Cluster: kube.Options{Kubeconfig: c.Kubeconfig}, ConfigPath: c.ConfigPath},
 		Engines: c.Engines, Admins: c.Admins, Exec: backuptest.ExecAt(&c.Servers, c.Path), Timeout: rotateKillRollout,
-		LockWait: time.Minute, LockLease: 2 * time.Second,
+		LockWait: time.Minute, LockLease: rotateKillLease,
 		Progress: func(line string) { fmt.Fprintln(os.Stderr, line) }}).Run(context.Background())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
