@@ -1,0 +1,128 @@
+package buildplan
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// CacheRoot is the folder of every cache of the rings' builds:
+// $ONPREM_CACHE, default /var/cache/onprem.
+func CacheRoot() string {
+	if root := os.Getenv("ONPREM_CACHE"); root != "" {
+		return root
+	}
+	return "/var/cache/onprem"
+}
+
+// StateDir is where the rings keep their build state:
+// $ONPREM_CACHE/buildplan.
+func StateDir() string { return filepath.Join(CacheRoot(), "buildplan") }
+
+// record is what StateDir keeps of a step.
+type record struct {
+	Key string `json:"key,omitempty"`
+	// Took is the last measured duration of the step's Run when it built;
+	// for a step that always runs, the longest (its cold run).
+	Took time.Duration `json:"took,omitempty"`
+	When time.Time     `json:"when,omitzero"`
+}
+
+func (r *runner) stateFile() string { return filepath.Join(r.o.StateDir, "buildplan.json") }
+
+func (r *runner) load() {
+	r.stored = map[string]record{}
+	if r.o.StateDir == "" {
+		return
+	}
+	b, err := os.ReadFile(r.stateFile())
+	if err != nil {
+		return
+	}
+	if err := json.Unmarshal(b, &r.stored); err != nil {
+		// A damaged state file costs a rebuild, never a wrong skip.
+		r.logf("ignoring the damaged %s (%v): every step is checked again", r.stateFile(), err)
+		r.stored = map[string]record{}
+	}
+}
+
+// save merges what this run learned into the state file (other runs with
+// other steps share it). Called under r.mu.
+func (r *runner) save(n *node) {
+	if r.o.StateDir == "" {
+		return
+	}
+	if n.key == "" && n.state != Built {
+		return // nothing to remember
+	}
+	rec := r.stored[n.Name]
+	rec.Key = n.key
+	if n.state == Built {
+		if n.always() {
+			rec.Took = max(rec.Took, n.took)
+		} else {
+			rec.Took = n.took
+		}
+		rec.When = time.Now().UTC()
+	}
+	r.stored[n.Name] = rec
+	if err := os.MkdirAll(r.o.StateDir, 0o755); err != nil {
+		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
+		return
+	}
+	onDisk := map[string]record{}
+	if b, err := os.ReadFile(r.stateFile()); err == nil {
+		_ = json.Unmarshal(b, &onDisk)
+	}
+	onDisk[n.Name] = rec
+	b, err := json.MarshalIndent(onDisk, "", "  ")
+	if err != nil {
+		return
+	}
+	tmp := fmt.Sprintf("%s.tmp-%d", r.stateFile(), os.Getpid())
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
+		return
+	}
+	if err := os.Rename(tmp, r.stateFile()); err != nil {
+		_ = os.Remove(tmp)
+		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
+	}
+}
+
+// keys computes every keyed step's key, needs first.
+func (r *runner) keys(ctx context.Context) error {
+	for _, n := range r.order {
+		if n.Inputs == nil {
+			continue
+		}
+		own, err := n.Inputs(ctx)
+		if err != nil {
+			return fmt.Errorf("buildplan: %s: reading its inputs: %w", n.Name, err)
+		}
+		h := sha256.New()
+		fmt.Fprintf(h, "%d:%s;%d:%s;", len(n.Name), n.Name, len(own), own)
+		for _, m := range n.needs {
+			fmt.Fprintf(h, "%d:%s=%s;", len(m.Name), m.Name, m.key)
+		}
+		n.key = hex.EncodeToString(h.Sum(nil))[:24]
+	}
+	return nil
+}
+
+// cached reports whether n may be skipped: its key is the one stored
+// and its outputs are present.
+func (r *runner) cached(ctx context.Context, n *node) bool {
+	if n.Inputs == nil && n.Fresh == nil {
+		return false
+	}
+	if n.Inputs != nil && r.stored[n.Name].Key != n.key {
+		return false
+	}
+	return n.Fresh == nil || n.Fresh(ctx)
+}
