@@ -1,13 +1,16 @@
 // Package buildplan runs the build steps of the test rings and of 'make
 // demo' as one dependency graph: each step starts as soon as the steps it
 // needs are done and a slot of each resource it uses is free, the step
-// with the longest chain of work behind it first, and a step whose inputs
-// did not change since it last succeeded is not run again.
+// with the longest chain of work behind it first, and a step whose outputs
+// are current is not run again.
 //
-// A step's cache key is the hash of its own inputs (Step.Inputs) and of the
-// keys of the steps it needs, so that a changed input rebuilds that step and
-// what depends on it, and nothing else. Keys and measured durations are kept
-// in Options.StateDir; the durations make the estimates: the first line of
+// Whether a step's outputs are current is the owning package's answer
+// (Step.Fresh): e2e/kindcluster, e2e/images and e2e/testcluster stamp each
+// artifact with a hash of what it was built from, its needs' stamps
+// included. The plan asks when the step's needs are done, so that a
+// changed input rebuilds that step and what depends on it, and nothing
+// else. Measured durations are kept in Options.StateDir; they make the
+// estimates: the first line of
 // a run that builds anything says how long a cold run takes on this
 // machine and how long this one should take, and every line after says
 // what is left.
@@ -60,14 +63,11 @@ type Step struct {
 	// Estimate is how long the step takes cold on a 2-core machine, used
 	// until a run on this machine has measured it.
 	Estimate time.Duration
-	// Inputs returns a digest of everything the step is built from, apart
-	// from the steps it needs (their keys are added). It must be cheap.
-	// Nil: the step has no key and Fresh alone decides.
-	Inputs func(ctx context.Context) (string, error)
-	// Fresh reports whether the step's outputs are present and current.
-	// Nil: outputs are taken as present when the key matches. A step with
-	// neither Inputs nor Fresh always runs (its Run must then be cheap
-	// when there is nothing to do).
+	// Fresh reports whether the step's outputs are present and built from
+	// its current inputs (the outputs of its needs included); it must be
+	// cheap. It is asked once before the run (for the estimates) and again
+	// when the step's needs are done. Nil: the step always runs (its Run
+	// must then be cheap when there is nothing to do).
 	Fresh func(ctx context.Context) bool
 	// Run does the work. It must leave no half-made output behind when it
 	// fails or is cancelled (write under a temporary name and rename).
@@ -81,9 +81,8 @@ type Options struct {
 	// two compiles on two cores finish sooner than one after the other),
 	// IO 2, any other resource 1.
 	Slots map[Resource]int
-	// StateDir keeps the keys of the steps that succeeded and their
-	// measured durations. Empty: nothing is kept, and only Fresh can
-	// skip a step.
+	// StateDir keeps the steps' measured durations, which replace their
+	// estimates. Empty: nothing is kept.
 	StateDir string
 	// Log receives the progress lines (printf style); nil logs through
 	// slog at Info level.
@@ -148,7 +147,6 @@ type node struct {
 	Step
 	needs      []*node
 	dependents []*node
-	key        string // "" when the step has no key
 	estimate   time.Duration
 	priority   time.Duration // the longest chain of estimated work from here on
 	willBuild  bool          // at the start of the run
@@ -243,7 +241,7 @@ func topological(nodes []*node) ([]*node, error) {
 
 // Run runs steps: each once its needs succeeded and its resources have a
 // free slot, the one with the longest chain of work behind it first,
-// skipping those whose key and outputs are current. On the first failure
+// skipping those whose outputs are current. On the first failure
 // no new step starts, the running ones finish (or see ctx cancelled with
 // the run's), and the error names every step that failed. The report is
 // returned in both cases.
@@ -300,12 +298,9 @@ func (r *runner) slots(res Resource) int {
 
 func (r *runner) run(ctx context.Context) (*Report, error) {
 	r.load()
-	if err := r.keys(ctx); err != nil {
-		return nil, err
-	}
 	for _, n := range r.order {
 		n.willBuild = !r.cached(ctx, n)
-		if n.willBuild && (n.Inputs != nil || n.Fresh != nil) {
+		if n.willBuild && !n.always() {
 			r.toBuild++
 		}
 	}
@@ -408,7 +403,7 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 		r.mu.Unlock()
 		took := time.Since(n.started)
 		if res.err != nil {
-			failed = append(failed, fmt.Errorf("%s: %w", n.Name, res.err))
+			failed = append(failed, fmt.Errorf("build step %s failed: %w", n.Name, res.err))
 			r.finish(n, Failed, took, res.err)
 			cancel()
 			continue
@@ -431,10 +426,12 @@ func (r *runner) run(ctx context.Context) (*Report, error) {
 	}
 	r.report.Elapsed = time.Since(r.t0)
 	if len(failed) > 0 {
-		return &r.report, fmt.Errorf("buildplan: %w", errors.Join(failed...))
+		// What succeeded is cached: once the cause is fixed, a run
+		// again starts where this one stopped.
+		return &r.report, fmt.Errorf("%w\n(the steps that succeeded are cached: fix the cause and run again)", errors.Join(failed...))
 	}
 	if err := ctx.Err(); err != nil && r.ended < len(r.order) {
-		return &r.report, fmt.Errorf("buildplan: %w", err)
+		return &r.report, fmt.Errorf("build stopped before every step ran (what was built is cached): %w", err)
 	}
 	if r.toBuild > 0 {
 		r.logf("all %d steps done in %s (%d built)", len(r.order), r.report.Elapsed.Round(time.Second), len(r.report.Built()))

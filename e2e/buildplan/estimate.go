@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// always reports whether n runs every time (no key, no Fresh).
-func (n *node) always() bool { return n.Inputs == nil && n.Fresh == nil }
+// always reports whether n runs every time (it has no Fresh).
+func (n *node) always() bool { return n.Fresh == nil }
 
 // coldEstimate is the measured cold duration of n on this machine, or its
 // own estimate.

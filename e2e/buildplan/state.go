@@ -2,8 +2,6 @@ package buildplan
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,7 +24,6 @@ func StateDir() string { return filepath.Join(CacheRoot(), "buildplan") }
 
 // record is what StateDir keeps of a step.
 type record struct {
-	Key string `json:"key,omitempty"`
 	// Took is the last measured duration of the step's Run when it built;
 	// for a step that always runs, the longest (its cold run).
 	Took time.Duration `json:"took,omitempty"`
@@ -57,19 +54,16 @@ func (r *runner) save(n *node) {
 	if r.o.StateDir == "" {
 		return
 	}
-	if n.key == "" && n.state != Built {
+	if n.state != Built {
 		return // nothing to remember
 	}
 	rec := r.stored[n.Name]
-	rec.Key = n.key
-	if n.state == Built {
-		if n.always() {
-			rec.Took = max(rec.Took, n.took)
-		} else {
-			rec.Took = n.took
-		}
-		rec.When = time.Now().UTC()
+	if n.always() {
+		rec.Took = max(rec.Took, n.took)
+	} else {
+		rec.Took = n.took
 	}
+	rec.When = time.Now().UTC()
 	r.stored[n.Name] = rec
 	if err := os.MkdirAll(r.o.StateDir, 0o755); err != nil {
 		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
@@ -95,34 +89,7 @@ func (r *runner) save(n *node) {
 	}
 }
 
-// keys computes every keyed step's key, needs first.
-func (r *runner) keys(ctx context.Context) error {
-	for _, n := range r.order {
-		if n.Inputs == nil {
-			continue
-		}
-		own, err := n.Inputs(ctx)
-		if err != nil {
-			return fmt.Errorf("buildplan: %s: reading its inputs: %w", n.Name, err)
-		}
-		h := sha256.New()
-		fmt.Fprintf(h, "%d:%s;%d:%s;", len(n.Name), n.Name, len(own), own)
-		for _, m := range n.needs {
-			fmt.Fprintf(h, "%d:%s=%s;", len(m.Name), m.Name, m.key)
-		}
-		n.key = hex.EncodeToString(h.Sum(nil))[:24]
-	}
-	return nil
-}
-
-// cached reports whether n may be skipped: its key is the one stored
-// and its outputs are present.
+// cached reports whether n may be skipped: its outputs are current.
 func (r *runner) cached(ctx context.Context, n *node) bool {
-	if n.Inputs == nil && n.Fresh == nil {
-		return false
-	}
-	if n.Inputs != nil && r.stored[n.Name].Key != n.key {
-		return false
-	}
-	return n.Fresh == nil || n.Fresh(ctx)
+	return n.Fresh != nil && n.Fresh(ctx)
 }

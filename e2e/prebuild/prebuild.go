@@ -60,7 +60,7 @@ func Kind(ctx context.Context, o Options) (*Result, error) {
 	steps := append(kp.Steps(), ip.Steps()...)
 	rep, err := buildplan.Run(ctx, buildplan.Options{StateDir: buildplan.StateDir(), Log: logf}, steps...)
 	if err != nil {
-		return nil, fmt.Errorf("prebuild: %w", err)
+		return nil, err // it names the failed step and says to run again
 	}
 	imgs, err := ip.Images(ctx)
 	if err != nil {
