@@ -220,10 +220,41 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if err := c.waitReady(ctx); err != nil {
 		return nil, c.failed(err)
 	}
+	if err := c.weighPods(ctx); err != nil {
+		return nil, c.failed(err)
+	}
 	c.provisioner = startProvisioner(c.Client, c.nodeExecQuiet, logf)
 	logf("kindcluster: cluster %s ready in %s (kind create %s); kubeconfig %s",
 		c.Name, time.Since(t0).Round(100*time.Millisecond), created.Round(100*time.Millisecond), c.Kubeconfig)
 	return c, nil
+}
+
+// PodsCPUShares is the CPU weight of the pods' cgroup (kubelet.slice) in
+// every node of a cgroup v1 host.
+//
+// There, the node's own processes (containerd, the kubelet, one shim per
+// container, systemd) sit as tasks in the node's root cgroup, and each
+// task weighs as much as all the pods together (1024 shares): on two cores,
+// a roll that starts sixteen pods kept containerd and the kubelet busy
+// and left the ingress controller and the databases so little CPU that
+// requests through them timed out and the controller failed its liveness
+// probe. A production node gives its pods' slice the node's allocatable
+// share against one system slice; 8192 gives the pods that precedence
+// back. On a cgroup v2 host nothing changes (no such file).
+const PodsCPUShares = 8192
+
+// podsCPUSharesFile is where PodsCPUShares is written in a node.
+const podsCPUSharesFile = "/sys/fs/cgroup/cpu/kubelet.slice/cpu.shares"
+
+// weighPods sets PodsCPUShares in every node of a cgroup v1 host.
+func (c *Cluster) weighPods(ctx context.Context) error {
+	script := fmt.Sprintf(`f=%s; [ -e "$f" ] || exit 0; echo %d > "$f"`, podsCPUSharesFile, PodsCPUShares)
+	for _, n := range c.Nodes {
+		if err := c.nodeExecQuiet(ctx, n, "sh", "-c", script); err != nil {
+			return fmt.Errorf("kindcluster: giving the pods of node %s their CPU weight: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // failed logs what explains a failed start, then deletes the cluster

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +139,22 @@ func TestKindCluster(t *testing.T) {
 	v, err := cs.Discovery().ServerVersion()
 	if err != nil || v.GitVersion != KubeVersion {
 		t.Fatalf("server version %v, %v; want %s", v, err, KubeVersion)
+	}
+
+	// On a cgroup v1 host (CI's), the pods' slice outweighs the node's own
+	// processes in every node.
+	_, v1err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares")
+	want := "v2"
+	if v1err == nil {
+		want = strconv.Itoa(PodsCPUShares)
+	}
+	for _, n := range c.Nodes {
+		out, err := c.NodeExec(ctx, n, nil, "sh", "-c", "cat "+podsCPUSharesFile+" 2>/dev/null || echo v2")
+		got := strings.TrimSpace(string(out))
+		if err != nil || got != want {
+			t.Errorf("node %s: %s = %q, %v; want %s", n, podsCPUSharesFile, got, err, want)
+		}
+		t.Logf("node %s: pods' CPU shares %s", n, got)
 	}
 
 	archive := buildEchoImage(t, ctx)
