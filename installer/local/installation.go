@@ -47,11 +47,22 @@ func lookup(base envconfig.Lookuper) envconfig.Lookuper {
 // such a file).
 const generatedHeader = "# Written by 'onprem local up': the onprem.yaml of the local installation"
 
-// localCPURequest is the CPU every component asks the scheduler for in a
+// localCPURequest is the CPU a component asks the scheduler for in a
 // configuration Up writes: the small profile's requests (1.7 CPU for the
 // whole platform) do not fit next to a control plane on a 2-core laptop,
-// and a trial on one machine has nothing to share its CPU with.
-const localCPURequest = "10m"
+// and a trial on one machine has nothing to share its CPU with. The
+// requests are also the kernel's weights when the node is busy, so the
+// path every request takes (the ingress controller, MongoDB, PostgreSQL)
+// keeps five times a service's share, as in the profile: with equal
+// weights, every service restarting at once starved it and requests
+// timed out.
+func localCPURequest(component string) string {
+	switch component {
+	case "ingress", "mongodb", "postgresql":
+		return "50m"
+	}
+	return "10m"
+}
 
 // generated is the onprem.yaml Up writes when none is given.
 type generated struct {
@@ -83,20 +94,21 @@ spec:
     mode: install
     # The kind node maps this machine's ports to the node ports below: keep them.
     serviceType: NodePort
-  # A trial on one machine: every component asks the scheduler for %[6]s of
-  # CPU, so that the whole platform fits on a laptop. Remove the resources
-  # lines to get the profile's requests.
+  # A trial on one machine: every component asks the scheduler for 10m of
+  # CPU (%[6]s for the ingress controller and the databases every request
+  # reaches), so that the whole platform fits on a laptop. Remove the
+  # resources lines to get the profile's requests.
   components:
     ingress:
       values:
         nodePorts: {http: %[7]d, https: %[8]d}
         resources: {requests: {cpu: %[6]s}}
-`, g.Name, strconv.Quote(g.Version), g.Domain, g.Path, g.Kubeconfig, localCPURequest, HTTPNodePort, HTTPSNodePort)
+`, g.Name, strconv.Quote(g.Version), g.Domain, g.Path, g.Kubeconfig, localCPURequest("ingress"), HTTPNodePort, HTTPSNodePort)
 	for _, c := range g.Components {
 		if c == "ingress" {
 			continue
 		}
-		fmt.Fprintf(&b, "    %s:\n      values: {resources: {requests: {cpu: %s}}}\n", c, localCPURequest)
+		fmt.Fprintf(&b, "    %s:\n      values: {resources: {requests: {cpu: %s}}}\n", c, localCPURequest(c))
 	}
 	return []byte(b.String())
 }

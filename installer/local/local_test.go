@@ -176,7 +176,7 @@ func TestGeneratedConfigInstallsOnTheMappedPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var svc, cpu10m, pods int
+	var svc, lowered, pods int
 	for _, c := range res.Components {
 		for _, o := range c.Objects {
 			switch o.GetKind() {
@@ -200,17 +200,21 @@ func TestGeneratedConfigInstallsOnTheMappedPorts(t *testing.T) {
 				tmpl := nested(o.Object, "spec", "template", "spec")
 				for _, ct := range tmpl["containers"].([]any) {
 					req := nested(ct.(map[string]any), "resources", "requests")
-					if req["cpu"] == localCPURequest {
-						cpu10m++
+					want := "10m"
+					if c.Name == "ingress" || c.Name == "mongodb" || c.Name == "postgresql" {
+						want = "50m" // the path every request takes keeps a larger share
+					}
+					if req["cpu"] == want {
+						lowered++
 					} else {
-						t.Errorf("%s %s asks for CPU %v", o.GetKind(), o.GetName(), req["cpu"])
+						t.Errorf("%s %s of %s asks for CPU %v, want %s", o.GetKind(), o.GetName(), c.Name, req["cpu"], want)
 					}
 				}
 			}
 		}
 	}
-	if svc != 1 || pods < 15 || cpu10m < pods {
-		t.Errorf("%d ingress Services, %d workloads, %d containers at %s", svc, pods, cpu10m, localCPURequest)
+	if svc != 1 || pods < 15 || lowered < pods {
+		t.Errorf("%d ingress Services, %d workloads, %d containers with lowered CPU requests", svc, pods, lowered)
 	}
 }
 
