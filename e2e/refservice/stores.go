@@ -29,7 +29,12 @@ type mongoStore struct {
 func newMongo(_ context.Context, e *Endpoint) (*mongoStore, error) {
 	opts := options.Client().SetHosts([]string{e.Addr()}).
 		SetAuth(options.Credential{Username: e.Username, Password: e.Password, AuthSource: e.Database}).
-		SetServerSelectionTimeout(3 * time.Second).SetConnectTimeout(3 * time.Second)
+		SetServerSelectionTimeout(3 * time.Second).
+		// The connect timeout also bounds a new connection's handshake
+		// (authentication included), and the driver clears the whole pool
+		// when one fails: 3 s made a node busy with every pod restarting
+		// fail the requests in flight on healthy connections too.
+		SetConnectTimeout(10 * time.Second)
 	c, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, fmt.Errorf("mongodb: %w", err)
