@@ -51,12 +51,23 @@ func (r requests) String() string {
 	return fmt.Sprintf("%s CPU and %s", cpuString(r.MilliCPU), gibString(r.Memory))
 }
 
+// cpuString is "6.2" for whole tenths of a CPU, else millicores ("480m"):
+// rounding made "short by 0 CPU" of a platform 30m short.
 func cpuString(milli int64) string {
+	if milli%100 != 0 {
+		return fmt.Sprintf("%dm", milli)
+	}
 	s := fmt.Sprintf("%.1f", float64(milli)/1000)
 	return strings.TrimSuffix(s, ".0")
 }
 
+// gibString is "11.5 GiB", or MiB (rounded up) for less than a GiB that
+// is not a whole tenth of one: a shortfall never reads "0 GiB".
 func gibString(bytes int64) string {
+	tenths := float64(bytes) / (1 << 30) * 10
+	if bytes > 0 && bytes < 1<<30 && tenths != float64(int64(tenths)) {
+		return fmt.Sprintf("%d MiB", (bytes+(1<<20)-1)>>20)
+	}
 	s := fmt.Sprintf("%.1f", float64(bytes)/(1<<30))
 	return strings.TrimSuffix(s, ".0") + " GiB"
 }

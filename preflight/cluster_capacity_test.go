@@ -32,8 +32,17 @@ func TestPodRequestsSumsContainersAndTakesLargestInit(t *testing.T) {
 	if got.MilliCPU != 2000 || got.Memory != 576<<20 {
 		t.Errorf("podRequests = %+v", got)
 	}
-	if s := (requests{6200, 11*(1<<30) + (1 << 29)}).String(); s != "6.2 CPU and 11.5 GiB" {
-		t.Errorf("String = %q", s)
+	for r, want := range map[requests]string{
+		{6200, 11*(1<<30) + (1 << 29)}: "6.2 CPU and 11.5 GiB",
+		{500, 1 << 29}:                 "0.5 CPU and 0.5 GiB",
+		// A small shortfall is shown exactly, never as 0.
+		{30, 300 << 20}:    "30m CPU and 300 MiB",
+		{1250, 0}:          "1250m CPU and 0 GiB",
+		{0, (1 << 20) + 1}: "0 CPU and 2 MiB",
+	} {
+		if s := r.String(); s != want {
+			t.Errorf("%+v.String() = %q, want %q", r, s, want)
+		}
 	}
 	dep := &unstructured.Unstructured{Object: map[string]any{"kind": "Deployment", "metadata": map[string]any{"name": "d"},
 		"spec": map[string]any{"replicas": int64(3), "template": map[string]any{"spec": map[string]any{"containers": []any{
