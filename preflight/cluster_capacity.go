@@ -72,6 +72,19 @@ func gibString(bytes int64) string {
 	return strings.TrimSuffix(s, ".0") + " GiB"
 }
 
+// shortfall names only what is short: "40m CPU", "300 MiB of memory",
+// or both.
+func shortfall(need, free requests) string {
+	var parts []string
+	if d := need.MilliCPU - free.MilliCPU; d > 0 {
+		parts = append(parts, cpuString(d)+" CPU")
+	}
+	if d := need.Memory - free.Memory; d > 0 {
+		parts = append(parts, gibString(d)+" of memory")
+	}
+	return strings.Join(parts, " and ")
+}
+
 func containerRequests(c corev1.Container) requests {
 	return requests{c.Resources.Requests.Cpu().MilliValue(), c.Resources.Requests.Memory().Value()}
 }
@@ -336,7 +349,7 @@ func runCapacity(ctx context.Context, env *Env) Outcome {
 	if !d.Total.fits(free) {
 		return Outcome{Result: Fail,
 			Message: fmt.Sprintf("the platform needs %s for %d pods, %s free on %s; short by %s",
-				d.Total, d.Pods, free, where, requests{max(0, d.Total.MilliCPU-free.MilliCPU), max(0, d.Total.Memory-free.Memory)}),
+				d.Total, d.Pods, free, where, shortfall(d.Total, free)),
 			Remediation: "add nodes or larger ones, free capacity on the existing ones, choose a smaller spec.profile, or lower requests with spec.components.NAME.values.resources; " +
 				"nodes excluded by cordons, taints or spec.placement are listed in the details (" + note + ")",
 			Details: details}

@@ -44,6 +44,18 @@ func TestPodRequestsSumsContainersAndTakesLargestInit(t *testing.T) {
 			t.Errorf("%+v.String() = %q, want %q", r, s, want)
 		}
 	}
+	for _, c := range []struct {
+		need, free requests
+		want       string
+	}{
+		{requests{520, 4 << 30}, requests{480, 22 << 30}, "40m CPU"},
+		{requests{500, 4 << 30}, requests{2000, 4<<30 - 300<<20}, "300 MiB of memory"},
+		{requests{2500, 3 << 30}, requests{500, 1 << 30}, "2 CPU and 2 GiB of memory"},
+	} {
+		if got := shortfall(c.need, c.free); got != c.want {
+			t.Errorf("shortfall(%+v, %+v) = %q, want %q", c.need, c.free, got, c.want)
+		}
+	}
 	dep := &unstructured.Unstructured{Object: map[string]any{"kind": "Deployment", "metadata": map[string]any{"name": "d"},
 		"spec": map[string]any{"replicas": int64(3), "template": map[string]any{"spec": map[string]any{"containers": []any{
 			map[string]any{"name": "a", "resources": map[string]any{"requests": map[string]any{"cpu": "500m", "memory": "1Gi"}}}}}}}}}
