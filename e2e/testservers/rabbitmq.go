@@ -45,14 +45,13 @@ type RabbitMQServer struct {
 func StartRabbitMQ(t testing.TB, user, password string) *RabbitMQServer {
 	t.Helper()
 	server := ensurePackage(t, "rabbitmq-server", "/usr/lib/rabbitmq/bin/rabbitmq-server")
-	epmd := ensurePackage(t, "erlang-base", "/usr/bin/epmd", "/usr/lib/erlang/erts-*/bin/epmd")
 	dir := tempDir(t, "onprem-rabbitmq-")
 	for _, d := range []string{"mnesia", "log"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	port, distPort, epmdPort := FreePort(t), FreePort(t), FreePort(t)
+	port, distPort := FreePort(t), FreePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	conf := fmt.Sprintf("listeners.tcp.default = %s\ndefault_user = %s\ndefault_pass = %s\ndefault_vhost = /\nloopback_users = none\n"+
 		"default_permissions.configure = .*\ndefault_permissions.read = .*\ndefault_permissions.write = .*\n",
@@ -67,10 +66,7 @@ func StartRabbitMQ(t testing.TB, user, password string) *RabbitMQServer {
 	_, _ = rand.Read(b[:])
 	node := "onprem-test-" + hex.EncodeToString(b[:]) + "@localhost"
 
-	// Our own epmd in the foreground, so that it stops with the test
-	// (one that erl starts by itself would outlive it as a daemon).
-	ep := start(t, "epmd", filepath.Join(dir, "epmd.log"), exec.Command(epmd, "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1"))
-	waitReady(t, ep, 10*time.Second, tcpReady(net.JoinHostPort("127.0.0.1", strconv.Itoa(epmdPort))))
+	epmdPort := Epmd(t, "127.0.0.1")
 
 	cmd := exec.Command(server)
 	cmd.Dir = dir
@@ -119,4 +115,25 @@ func confValue(s string) string {
 		panic("testservers: rabbitmq user and password may not contain line breaks")
 	}
 	return s
+}
+
+// Epmd starts Erlang's port mapper daemon on a free port of address ("" for
+// every address) and returns the port (give it to Erlang programs as
+// ERL_EPMD_PORT). It runs in the foreground, so that it stops with the
+// test: one that erl starts by itself would outlive it as a daemon, and one
+// started inside a pod would die with that pod and take its peers' names
+// with it.
+func Epmd(t testing.TB, address string) int {
+	t.Helper()
+	epmd := ensurePackage(t, "erlang-base", "/usr/bin/epmd", "/usr/lib/erlang/erts-*/bin/epmd")
+	port := FreePort(t)
+	args := []string{"-port", strconv.Itoa(port)}
+	if address != "" {
+		args = append(args, "-address", address)
+	} else {
+		address = "127.0.0.1"
+	}
+	ep := start(t, "epmd", filepath.Join(tempDir(t, "onprem-epmd-"), "epmd.log"), exec.Command(epmd, args...))
+	waitReady(t, ep, 10*time.Second, tcpReady(net.JoinHostPort(address, strconv.Itoa(port))))
+	return port
 }
