@@ -18,8 +18,8 @@ import (
 const availabilityID = "availability"
 
 // MinHANodes is how many schedulable nodes spec.availability high needs:
-// PostgreSQL's three members each on a node of their own, so that losing
-// one node loses one member.
+// the three members of PostgreSQL and of RabbitMQ each on a node of their
+// own, so that losing one node loses one member.
 const MinHANodes = 3
 
 // ZoneLabel is the well-known label of a node's zone.
@@ -73,7 +73,7 @@ func runAvailability(ctx context.Context, env *Env) Outcome {
 	}
 	sort.Strings(excluded)
 	if len(usable) < MinHANodes {
-		msg := fmt.Sprintf("spec.availability is high, which needs %d schedulable nodes or more (one per PostgreSQL member, so that losing a node loses one), and the platform's pods can run on %d",
+		msg := fmt.Sprintf("spec.availability is high, which needs %d schedulable nodes or more (one per member of PostgreSQL and RabbitMQ, so that losing a node loses one), and the platform's pods can run on %d",
 			MinHANodes, len(usable))
 		if len(excluded) > 0 {
 			msg += "; excluded: " + clusterList(excluded, 5)
@@ -109,45 +109,70 @@ func runAvailability(ctx context.Context, env *Env) Outcome {
 	return Passed("%d schedulable nodes in %d zones: %s", len(usable), len(zones), strings.Join(names, ", "))
 }
 
-// availabilityChange fails when the installed PostgreSQL is a single
-// server and the configuration asks for a replicated one, or the other way
-// round: the StatefulSet cannot turn into the other in place (its first
+// replicatedDatabase is a database that spec.availability high runs as a
+// cluster: its StatefulSet's pod template carries label when it does.
+type replicatedDatabase struct {
+	name, product, cluster, label string
+	mode                          func(*config.Installation) string
+}
+
+// replicatedDatabases are the databases high availability replicates.
+var replicatedDatabases = []replicatedDatabase{
+	{name: topology.PostgreSQL, product: "PostgreSQL", cluster: "Patroni cluster", label: topology.ClusterLabel,
+		mode: func(in *config.Installation) string { return in.Spec.Databases.PostgreSQL.Mode }},
+	{name: "rabbitmq", product: "RabbitMQ", cluster: "RabbitMQ cluster", label: "onprem.dev/rabbitmq-cluster",
+		mode: func(in *config.Installation) string { return in.Spec.Databases.RabbitMQ.Mode }},
+}
+
+// availabilityChange fails when an installed database is a single server
+// and the configuration asks for a replicated one, or the other way round:
+// the StatefulSet cannot turn into the other in place (PostgreSQL's first
 // member would have to adopt the data while the others wait, which the
-// StatefulSet's ordering does not allow), and trying would leave the
-// Service postgresql without a server.
+// StatefulSet's ordering does not allow; RabbitMQ's nodes start in
+// parallel, which an existing StatefulSet cannot be changed to), and
+// trying would leave the database's Service without a server.
 func availabilityChange(ctx context.Context, env *Env) (Outcome, bool) {
 	in := env.Installation
-	if in.Spec.Databases.PostgreSQL.Mode == config.DatabaseModeExternal {
-		return Outcome{}, false
-	}
 	ns := platformNamespace(env)
-	sts, err := env.Cluster.Client.AppsV1().StatefulSets(ns).Get(ctx, topology.PostgreSQL, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return Outcome{}, false
+	for _, db := range replicatedDatabases {
+		if db.mode(in) == config.DatabaseModeExternal {
+			continue
+		}
+		sts, err := env.Cluster.Client.AppsV1().StatefulSets(ns).Get(ctx, db.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return cannotRun(Blocking, availabilityID, "read StatefulSet "+ns+"/"+db.name, err), true
+		}
+		replicated := sts.Spec.Template.Labels[db.label] != ""
+		want := in.Spec.Availability == config.AvailabilityHigh
+		if replicated == want {
+			continue
+		}
+		from, to := "a single server (spec.availability single)", "a replicated cluster (high)"
+		if replicated {
+			from, to = "a replicated "+db.cluster+" (spec.availability high)", "a single server (single)"
+		}
+		return Outcome{Result: Fail,
+			Message: fmt.Sprintf("the installed %s (StatefulSet %s/%s) is %s and the configuration asks for %s: onprem does not yet change one into the other in place",
+				db.product, ns, db.name, from, to),
+			Remediation: "keep spec.availability as installed; to change it, back up (onprem backup create), install with the new spec.availability into an empty namespace or cluster and restore the backup there (onprem restore --force): docs/availability.md"}, true
 	}
-	if err != nil {
-		return cannotRun(Blocking, availabilityID, "read StatefulSet "+ns+"/"+topology.PostgreSQL, err), true
-	}
-	replicated := sts.Spec.Template.Labels[topology.ClusterLabel] != ""
-	want := in.Spec.Availability == config.AvailabilityHigh
-	if replicated == want {
-		return Outcome{}, false
-	}
-	from, to := "a single server (spec.availability single)", "a replicated cluster (high)"
-	if replicated {
-		from, to = "a replicated Patroni cluster (spec.availability high)", "a single server (single)"
-	}
-	return Outcome{Result: Fail,
-		Message: fmt.Sprintf("the installed PostgreSQL (StatefulSet %s/%s) is %s and the configuration asks for %s: onprem does not yet change one into the other in place",
-			ns, topology.PostgreSQL, from, to),
-		Remediation: "keep spec.availability as installed; to change it, back up (onprem backup create), install with the new spec.availability into an empty namespace or cluster and restore the backup there (onprem restore --force): docs/availability.md"}, true
+	return Outcome{}, false
 }
 
 // haStorage fails when a replicated database's volumes would come from a
 // StorageClass that binds node-local volumes before scheduling.
 func haStorage(ctx context.Context, env *Env) (Outcome, bool) {
 	for _, cl := range renderedClaims(env) {
-		if cl.Component != "postgresql" {
+		product := ""
+		for _, db := range replicatedDatabases {
+			if cl.Component == db.name {
+				product = db.product
+			}
+		}
+		if product == "" {
 			continue
 		}
 		var sc *storagev1.StorageClass
@@ -178,9 +203,9 @@ func haStorage(ctx context.Context, env *Env) (Outcome, bool) {
 		}
 		if immediate && local {
 			return Outcome{Result: Fail,
-				Message: fmt.Sprintf("PostgreSQL's members (%s) get their volumes from StorageClass %s, whose volumes live on one node and are placed before the pods (volumeBindingMode Immediate): two members may be tied to one node, or to a node their spread excludes",
-					cl.Object, describeClass(sc)),
-				Remediation: fmt.Sprintf("use a StorageClass with volumeBindingMode: WaitForFirstConsumer (or network storage) through %s", classField(env.Installation, "postgresql"))}, true
+				Message: fmt.Sprintf("%s's members (%s) get their volumes from StorageClass %s, whose volumes live on one node and are placed before the pods (volumeBindingMode Immediate): two members may be tied to one node, or to a node their spread excludes",
+					product, cl.Object, describeClass(sc)),
+				Remediation: fmt.Sprintf("use a StorageClass with volumeBindingMode: WaitForFirstConsumer (or network storage) through %s", classField(env.Installation, cl.Component))}, true
 		}
 	}
 	return Outcome{}, false

@@ -47,6 +47,15 @@ func pgSet(replicated bool) *appsv1.StatefulSet {
 	return s
 }
 
+func mqSet(replicated bool) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "rabbitmq", Namespace: "onprem"}}
+	s.Spec.Template.Labels = map[string]string{"app.kubernetes.io/name": "rabbitmq"}
+	if replicated {
+		s.Spec.Template.Labels["onprem.dev/rabbitmq-cluster"] = "rabbitmq"
+	}
+	return s
+}
+
 // The availability check on a fake cluster: node counts, placement, zones
 // and storage, each failure with its fix.
 func TestAvailabilityCheck(t *testing.T) {
@@ -93,6 +102,12 @@ func TestAvailabilityCheck(t *testing.T) {
 		{"single over an installed Patroni cluster", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), pgSet(true)}, Fail,
 			[]string{"is a replicated Patroni cluster", "asks for a single server"}},
 		{"high over an installed Patroni cluster", high, append(zoned(3, "a", "b", "c"), network, pgSet(true)), Pass,
+			[]string{"3 zones"}},
+		{"high over an installed single RabbitMQ", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(false)), Fail,
+			[]string{"installed RabbitMQ (StatefulSet onprem/rabbitmq) is a single server", "asks for a replicated cluster", "onprem restore --force"}},
+		{"single over an installed RabbitMQ cluster", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), mqSet(true)}, Fail,
+			[]string{"is a replicated RabbitMQ cluster", "asks for a single server"}},
+		{"high over both clusters installed", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true)), Pass,
 			[]string{"3 zones"}},
 		{"single over an installed single server", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), pgSet(false)}, Pass,
 			[]string{"spec.availability is single"}},

@@ -87,10 +87,21 @@ func intValue(v any) (int, bool) {
 // DefaultPostgreSQLMembers is the postgresql chart's ha.replicas.
 const DefaultPostgreSQLMembers = 3
 
+// DefaultRabbitMQMembers is the rabbitmq chart's ha.replicas.
+const DefaultRabbitMQMembers = 3
+
+// replicatedMembers is, for each database that spec.availability high
+// replicates, the members its chart runs by default.
+var replicatedMembers = map[string]int{
+	"postgresql": DefaultPostgreSQLMembers,
+	"rabbitmq":   DefaultRabbitMQMembers,
+}
+
 // databaseMembers is how many pods database db runs: the members of a
 // replicated one, else 1.
 func databaseMembers(in *config.Installation, db string, values map[string]any) int {
-	if db != "postgresql" || in.Spec.Availability != config.AvailabilityHigh {
+	def, ok := replicatedMembers[db]
+	if !ok || in.Spec.Availability != config.AvailabilityHigh {
 		return 1
 	}
 	if ha, ok := values["ha"].(map[string]any); ok {
@@ -98,5 +109,5 @@ func databaseMembers(in *config.Installation, db string, values map[string]any) 
 			return n
 		}
 	}
-	return DefaultPostgreSQLMembers
+	return def
 }

@@ -67,6 +67,33 @@ func TestHighAvailability(t *testing.T) {
 		t.Errorf("the plan has no %s Secret", credentials.PostgreSQLReplication)
 	}
 
+	// RabbitMQ: three nodes of one cluster, its peer discovery's access,
+	// and the backup may read any of them.
+	mq := res.Component("rabbitmq")
+	msts := find(t, mq, "StatefulSet", "rabbitmq")
+	if r, _, _ := unstructured.NestedInt64(msts.Object, "spec", "replicas"); r != 3 {
+		t.Errorf("rabbitmq: %d nodes, want 3", r)
+	}
+	for _, kind := range []string{"Role/rabbitmq-peer-discovery", "RoleBinding/rabbitmq-peer-discovery",
+		"ServiceAccount/rabbitmq", "PodDisruptionBudget/rabbitmq", "NetworkPolicy/rabbitmq-peers"} {
+		k, n, _ := strings.Cut(kind, "/")
+		find(t, mq, k, n)
+	}
+	// The backup's exec rights follow the members of each replicated
+	// database (the primary moves).
+	ha := &config.Installation{Spec: config.Spec{Availability: config.AvailabilityHigh}}
+	for db, want := range map[string]int{"postgresql": 3, "rabbitmq": 3, "redis": 1, "mongodb": 1} {
+		if got := databaseMembers(ha, db, nil); got != want {
+			t.Errorf("databaseMembers(high, %s) = %d, want %d", db, got, want)
+		}
+	}
+	if got := databaseMembers(ha, "rabbitmq", map[string]any{"ha": map[string]any{"replicas": 5}}); got != 5 {
+		t.Errorf("databaseMembers(high, rabbitmq, ha.replicas 5) = %d", got)
+	}
+	if got := databaseMembers(&config.Installation{}, "rabbitmq", nil); got != 1 {
+		t.Errorf("databaseMembers(single, rabbitmq) = %d", got)
+	}
+
 	// single renders none of it.
 	single := mustRender(t, "minimal")
 	if n := len(single.Component("postgresql").Objects); n != 2+1 {

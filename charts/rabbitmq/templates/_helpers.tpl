@@ -85,17 +85,36 @@ resources: {}
 {{- end -}}
 
 {{/*
-Replicas of a single-instance server. This chart runs one standalone
+Replicas. Without high availability this chart runs one standalone
 server: several independent copies behind one Service would each hold a
 part of the data, so any number above 1 is refused (0 is allowed, to stop
-the server for maintenance).
+the server for maintenance). With it, ha.replicas nodes of one cluster.
 */}}
 {{- define "rabbitmq.replicas" -}}
-{{- $r := int .Values.replicas -}}
-{{- if or (lt $r 0) (gt $r 1) -}}
-{{- fail (printf "rabbitmq: replicas is %d, but this chart runs a single standalone server (no clustering), so it must be 0 or 1" $r) -}}
+{{- if include "rabbitmq.ha" . -}}
+{{- $r := int .Values.ha.replicas -}}
+{{- if and (ne $r 0) (lt $r 3) -}}
+{{- fail (printf "rabbitmq: ha.replicas is %d, but high availability needs 3 or more nodes, so that losing one leaves a majority of every quorum queue (0 stops the cluster)" $r) -}}
 {{- end -}}
 {{- $r -}}
+{{- else -}}
+{{- $r := int .Values.replicas -}}
+{{- if or (lt $r 0) (gt $r 1) -}}
+{{- fail (printf "rabbitmq: replicas is %d, but without spec.availability high this chart runs a single standalone server (no clustering), so it must be 0 or 1" $r) -}}
+{{- end -}}
+{{- $r -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+High availability: global.availability is "high". The chart then runs
+ha.replicas RabbitMQ nodes (3 by default) as one cluster, formed through
+the Kubernetes API (the peer discovery plugin reads the headless Service's
+endpoints), one node per node of the cluster, whose queues are quorum
+queues (replicated by Raft on every node).
+*/}}
+{{- define "rabbitmq.ha" -}}
+{{- if eq (toString .Values.global.availability) "high" -}}true{{- end -}}
 {{- end -}}
 
 {{/*
