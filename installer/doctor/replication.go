@@ -17,13 +17,17 @@ const LagWarningBytes = 64 << 20
 // them), a replica far behind a warning.
 var replication = Analyzer{
 	ID:          "database-replication",
-	Description: "a replicated database (spec.availability high) has no primary, a member down, no synchronous replica ready, or a replica far behind",
+	Description: "a replicated database (spec.availability high) has no primary or no majority, a member down, no synchronous replica ready, or a replica far behind",
 	Run: func(in *Input) []Finding {
 		ns := in.S.Meta.Namespace
 		objs := in.S.Objects(ns)
 		var out []Finding
 		for i := range objs.StatefulSets {
 			sts := &objs.StatefulSets[i]
+			if sts.Name == topology.RabbitMQ && sts.Spec.Template.Labels[topology.RabbitMQClusterLabel] != "" {
+				out = append(out, rabbitMQFindings(ns, topology.RabbitMQFromObjects(sts, objs.Pods))...)
+				continue
+			}
 			if sts.Name != topology.PostgreSQL || sts.Spec.Template.Labels[topology.ClusterLabel] == "" {
 				continue
 			}
@@ -80,4 +84,28 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// rabbitMQFindings: a RabbitMQ cluster without a majority of its nodes
+// ready is an error (its quorum queues accept no message), one with a node
+// down a warning.
+func rabbitMQFindings(ns string, top *topology.Topology) []Finding {
+	var evidence []string
+	for _, m := range top.Members {
+		evidence = append(evidence, fmt.Sprintf("%s on node %s: %s", m.Name, orNone(m.Node), m.State))
+	}
+	obj := object("StatefulSet", ns, topology.RabbitMQ)
+	switch {
+	case !top.Quorum:
+		return []Finding{{Severity: Error, Component: topology.RabbitMQ, Object: obj, Evidence: evidence,
+			Title: "RabbitMQ has lost its majority: " + top.Summary(),
+			Remediation: "the nodes left pause themselves rather than take messages the others would never see; bring back the nodes (or their " +
+				"Kubernetes nodes and volumes): the cluster serves again by itself once a majority runs. The findings about their pods say why they are down"}}
+	case !top.Healthy():
+		return []Finding{{Severity: Warning, Component: topology.RabbitMQ, Object: obj, Evidence: evidence,
+			Title: "RabbitMQ runs with a node down: " + top.Summary(),
+			Remediation: "the platform serves; bring the node's Kubernetes node back, or drain and delete it so that the pod is scheduled elsewhere " +
+				"(a node with a new volume rejoins the cluster and its queues by itself)"}}
+	}
+	return nil
 }

@@ -97,3 +97,51 @@ func TestReplicationFindings(t *testing.T) {
 		}
 	})
 }
+
+func rabbitSnapshot(pods ...corev1.Pod) *Report {
+	s := base()
+	three := int32(3)
+	sts := appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "rabbitmq", Namespace: "onprem",
+		Labels: map[string]string{"onprem.dev/component": "rabbitmq"}}}
+	sts.Spec.Replicas = &three
+	sts.Spec.Template.Labels = map[string]string{topology.RabbitMQClusterLabel: topology.RabbitMQ}
+	for _, p := range pods {
+		if p.Status.Conditions[0].Status == corev1.ConditionTrue {
+			sts.Status.ReadyReplicas++
+		}
+	}
+	o := s.Namespaces["onprem"]
+	o.StatefulSets = []appsv1.StatefulSet{sts}
+	o.Pods = pods
+	return Analyze(s)
+}
+
+func rabbitNode(name string, ready bool) corev1.Pod {
+	p := haMember(name, "", ready, "0")
+	p.Labels = map[string]string{topology.RabbitMQClusterLabel: topology.RabbitMQ, "onprem.dev/component": "rabbitmq"}
+	p.Annotations = nil
+	return p
+}
+
+// A RabbitMQ cluster: a node down is a warning (the majority serves), the
+// majority lost an error; database-down leaves it to this analyzer while a
+// node is ready.
+func TestRabbitMQReplicationFindings(t *testing.T) {
+	rep := rabbitSnapshot(rabbitNode("rabbitmq-0", true), rabbitNode("rabbitmq-1", true), rabbitNode("rabbitmq-2", true))
+	if f := only(t, rep, "database-replication"); len(f) != 0 {
+		t.Errorf("findings on a healthy cluster: %+v", f)
+	}
+	rep = rabbitSnapshot(rabbitNode("rabbitmq-0", false), rabbitNode("rabbitmq-1", true), rabbitNode("rabbitmq-2", true))
+	f := only(t, rep, "database-replication")
+	if len(f) != 1 || f[0].Severity != Warning || !holds(f[0], "RabbitMQ runs with a node down: 2 of 3 nodes ready (rabbitmq-0 not ready)", "rabbitmq-0 on node node-0: not ready") {
+		t.Errorf("a node down: %+v", f)
+	}
+	if f := only(t, rep, "database-down"); len(f) != 0 {
+		t.Errorf("database-down with two nodes of three serving: %+v", f)
+	}
+	rep = rabbitSnapshot(rabbitNode("rabbitmq-0", false), rabbitNode("rabbitmq-1", false), rabbitNode("rabbitmq-2", true))
+	f = only(t, rep, "database-replication")
+	if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "RabbitMQ has lost its majority: 1 of 3 nodes ready") || f[0].Remediation == "" {
+		t.Errorf("the majority lost: %+v", f)
+	}
+}

@@ -43,6 +43,19 @@ func TestNodeLoss(t *testing.T) {
 	if _, err := (&action.Install{Source: action.Source{ConfigPath: cfg, Lookup: envconfig.MapLookuper(nil)}, Cluster: cl, Timeout: 3 * time.Minute}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// status names both replicated databases (kwok reports every pod
+	// ready: the members' own processes start below).
+	st, err := (&action.Status{Target: action.Target{Cluster: cl}}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engines := map[string]string{}
+	for _, db := range st.Databases {
+		engines[db.Engine] = db.Summary()
+	}
+	if engines["rabbitmq"] != "3 of 3 nodes ready" || engines["postgresql"] == "" {
+		t.Errorf("status databases %v: want PostgreSQL's members and RabbitMQ's 3 of 3 nodes", engines)
+	}
 	t.Run("postgresql", func(t *testing.T) {
 		t.Parallel()
 		patroniFailover(t, c, kc)

@@ -11,6 +11,9 @@
 // "status"; the leader lock is the Endpoints of the Service postgresql,
 // whose annotations hold the leader's name and WAL position, and
 // postgresql-sync's name the synchronous standby.
+//
+// RabbitMQ with spec.availability high is a cluster of equals (rabbitmq.go):
+// what it needs is a majority of its nodes.
 package topology
 
 import (
@@ -75,6 +78,9 @@ type Topology struct {
 	Members []Member `json:"members"`
 	// Primary names the member that takes writes ("" when none does).
 	Primary string `json:"primary,omitempty"`
+	// Leaderless: the members are equals (RabbitMQ's nodes), none is a
+	// primary; Quorum is then a majority of them ready.
+	Leaderless bool `json:"leaderless,omitempty"`
 	// Quorum: the database can lose its primary now and fail over with no
 	// acknowledged write lost: a primary is elected and a synchronous
 	// replica that has every commit is ready to take its place. (Patroni's
@@ -83,9 +89,10 @@ type Topology struct {
 	Quorum bool `json:"quorum"`
 }
 
-// Healthy reports whether every desired member runs, with a primary.
+// Healthy reports whether every desired member runs, with a primary
+// unless the members are equals.
 func (t *Topology) Healthy() bool {
-	if t.Primary == "" {
+	if t.Primary == "" && !t.Leaderless {
 		return false
 	}
 	running := 0
@@ -102,6 +109,9 @@ func (t *Topology) Healthy() bool {
 func (t *Topology) Summary() string {
 	if !t.Replicated {
 		return "single instance"
+	}
+	if t.Leaderless {
+		return t.leaderlessSummary()
 	}
 	var parts []string
 	for _, m := range t.Members {
@@ -133,6 +143,37 @@ func (t *Topology) Summary() string {
 	return head + "; " + strings.Join(parts, "; ")
 }
 
+// leaderlessSummary: "3 of 3 nodes ready", "2 of 3 nodes ready
+// (rabbitmq-0 not ready): the majority serves", "1 of 3 nodes ready: no
+// majority, ...".
+func (t *Topology) leaderlessSummary() string {
+	ready := 0
+	var down []string
+	for _, m := range t.Members {
+		if m.Ready {
+			ready++
+		} else {
+			down = append(down, m.Name+" "+m.State)
+		}
+	}
+	s := fmt.Sprintf("%d of %d nodes ready", ready, t.Desired)
+	if missing := t.Desired - len(t.Members); missing > 0 {
+		down = append(down, fmt.Sprintf("%d without a pod", missing))
+	}
+	if len(down) > 0 {
+		s += " (" + strings.Join(down, ", ") + ")"
+	}
+	switch {
+	case !t.Quorum:
+		s += ": no majority, queues accept no messages until more nodes return"
+	case ready-1 <= t.Desired/2:
+		s += ": the majority serves; one more loss stops it"
+	case ready < t.Desired:
+		s += ": the majority serves"
+	}
+	return s
+}
+
 func bytesText(n int64) string {
 	switch {
 	case n >= 1<<20:
@@ -155,22 +196,32 @@ type patroniStatus struct {
 // cluster when its pods carry the cluster label, else a single instance
 // (Replicated false).
 func PostgreSQLCluster(ctx context.Context, c kubernetes.Interface, namespace string) (*Topology, error) {
-	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: ClusterLabel + "=" + PostgreSQL})
+	sts, pods, err := readMembers(ctx, c, namespace, PostgreSQL, ClusterLabel, "PostgreSQL")
 	if err != nil {
-		return nil, fmt.Errorf("reading PostgreSQL's members: %w", err)
-	}
-	sts, err := c.AppsV1().StatefulSets(namespace).Get(ctx, PostgreSQL, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		sts = nil
-	case err != nil:
-		return nil, fmt.Errorf("reading PostgreSQL's StatefulSet: %w", err)
+		return nil, err
 	}
 	eps, err := c.CoreV1().Endpoints(namespace).List(ctx, metav1.ListOptions{LabelSelector: ClusterLabel + "=" + PostgreSQL})
 	if err != nil {
 		return nil, fmt.Errorf("reading PostgreSQL's leader lock (Endpoints labelled %s=%s): %w", ClusterLabel, PostgreSQL, err)
 	}
-	return FromObjects(sts, pods.Items, eps.Items), nil
+	return FromObjects(sts, pods, eps.Items), nil
+}
+
+// readMembers reads StatefulSet name of namespace (nil when there is none)
+// and the pods labelled label=name: a replicated database's members.
+func readMembers(ctx context.Context, c kubernetes.Interface, namespace, name, label, product string) (*appsv1.StatefulSet, []corev1.Pod, error) {
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: label + "=" + name})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s's members: %w", product, err)
+	}
+	sts, err := c.AppsV1().StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		sts = nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading %s's StatefulSet: %w", product, err)
+	}
+	return sts, pods.Items, nil
 }
 
 // FromObjects is PostgreSQL's topology from its StatefulSet (nil when

@@ -135,3 +135,59 @@ func TestPostgreSQLSingleInstance(t *testing.T) {
 		t.Errorf("topology = %+v (%s)", top, top.Summary())
 	}
 }
+
+func rabbitNode(name, node string, ready bool) *corev1.Pod {
+	p := member(name, node, "", "", ready)
+	p.Labels = map[string]string{RabbitMQClusterLabel: RabbitMQ}
+	return p
+}
+
+func rabbitSet(replicas int32) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: RabbitMQ, Namespace: "onprem"}}
+	s.Spec.Replicas = &replicas
+	s.Spec.Template.Labels = map[string]string{RabbitMQClusterLabel: RabbitMQ}
+	return s
+}
+
+// RabbitMQ's nodes are equals: it is healthy with every node ready, keeps
+// serving with a majority, and says so when the majority is gone.
+func TestRabbitMQCluster(t *testing.T) {
+	cases := []struct {
+		name            string
+		objects         []runtime.Object
+		healthy, quorum bool
+		summary         string
+	}{
+		{"every node ready", []runtime.Object{rabbitSet(3), rabbitNode("rabbitmq-0", "n0", true), rabbitNode("rabbitmq-1", "n1", true), rabbitNode("rabbitmq-2", "n2", true)},
+			true, true, "3 of 3 nodes ready"},
+		{"a node lost", []runtime.Object{rabbitSet(3), rabbitNode("rabbitmq-0", "n0", false), rabbitNode("rabbitmq-1", "n1", true), rabbitNode("rabbitmq-2", "n2", true)},
+			false, true, "2 of 3 nodes ready (rabbitmq-0 not ready): the majority serves; one more loss stops it"},
+		{"two nodes lost, one without a pod", []runtime.Object{rabbitSet(3), rabbitNode("rabbitmq-1", "n1", false), rabbitNode("rabbitmq-2", "n2", true)},
+			false, false, "1 of 3 nodes ready (rabbitmq-1 not ready, 1 without a pod): no majority, queues accept no messages until more nodes return"},
+		{"one of five lost", []runtime.Object{rabbitSet(5), rabbitNode("rabbitmq-0", "n0", true), rabbitNode("rabbitmq-1", "n1", true), rabbitNode("rabbitmq-2", "n2", true), rabbitNode("rabbitmq-3", "n3", true), rabbitNode("rabbitmq-4", "n4", false)},
+			false, true, "4 of 5 nodes ready (rabbitmq-4 not ready): the majority serves"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			top, err := RabbitMQCluster(context.Background(), fake.NewClientset(tc.objects...), "onprem")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !top.Replicated || top.Engine != "rabbitmq" || top.Healthy() != tc.healthy || top.Quorum != tc.quorum || top.Summary() != tc.summary {
+				t.Errorf("replicated %v, healthy %v, quorum %v, summary %q; want healthy %v, quorum %v, %q",
+					top.Replicated, top.Healthy(), top.Quorum, top.Summary(), tc.healthy, tc.quorum, tc.summary)
+			}
+			for _, m := range top.Members {
+				if m.Role != RoleNode || m.Node == "" {
+					t.Errorf("member %+v", m)
+				}
+			}
+		})
+	}
+	// A single server is no cluster.
+	single := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: RabbitMQ, Namespace: "onprem"}}
+	top, err := RabbitMQCluster(context.Background(), fake.NewClientset(single), "onprem")
+	if err != nil || top.Replicated || top.Summary() != "single instance" {
+		t.Errorf("single: %+v, %v", top, err)
+	}
+}
