@@ -607,6 +607,7 @@ func TestImageNotFoundRollsTheStepBackAtOnce(t *testing.T) {
 	var (
 		mu                  sync.Mutex
 		applying, rollingAt time.Time
+		lines               []string // the progress, for a failure to show what the wait saw
 	)
 	rep := &phases{on: func(e apply.Event) {
 		mu.Lock()
@@ -618,6 +619,7 @@ func TestImageNotFoundRollsTheStepBackAtOnce(t *testing.T) {
 	progress := func(line string) {
 		mu.Lock()
 		defer mu.Unlock()
+		lines = append(lines, time.Now().Format("15:04:05.0")+" "+line)
 		if strings.Contains(line, "rolling back the step's components") && rollingAt.IsZero() {
 			rollingAt = time.Now()
 		}
@@ -628,7 +630,9 @@ func TestImageNotFoundRollsTheStepBackAtOnce(t *testing.T) {
 	var fe *upgrade.FailedError
 	var stuck *apply.StuckError
 	if !errors.As(err, &fe) || !errors.As(err, &stuck) || fe.RollbackErr != nil {
-		t.Fatalf("err = %v", err)
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("err = %v\nprogress:\n%s", err, strings.Join(lines, "\n"))
 	}
 	if stuck.Component != "pipelines-api" || stuck.Fault.Analyzer != "image-pull" ||
 		!strings.Contains(err.Error(), "component pipelines-api cannot be pulled from") || !strings.Contains(err.Error(), "the registry says it does not exist") {
