@@ -322,3 +322,11 @@ func lastLines(b []byte, n int) string {
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }
+
+// EnsurePackage installs Debian package pkg unless one of bins (paths or
+// globs; a bare name is looked up on PATH) is there, and returns the
+// program found: for a test that runs a tool of the machine itself.
+func EnsurePackage(t testing.TB, pkg string, bins ...string) string {
+	t.Helper()
+	return ensurePackage(t, pkg, bins...)
+}

@@ -82,16 +82,17 @@ func rabbitMQNodeLoss(t *testing.T, c *testcluster.Cluster) {
 	for i := range epmds {
 		epmds[i] = strconv.Itoa(testservers.FreePort(t))
 	}
+	iptables := testservers.EnsurePackage(t, "iptables", "/usr/sbin/iptables")
 	for j := range ips {
 		for k := range ips {
 			if j == k {
 				continue
 			}
 			rule := []string{"OUTPUT", "-d", ips[j] + "/32", "-p", "tcp", "--dport", epmds[k], "-j", "DNAT", "--to-destination", ips[j] + ":" + epmds[j]}
-			if out, err := exec.Command("iptables", append([]string{"-t", "nat", "-A"}, rule...)...).CombinedOutput(); err != nil {
+			if out, err := exec.Command(iptables, append([]string{"-t", "nat", "-A"}, rule...)...).CombinedOutput(); err != nil {
 				t.Fatalf("iptables: %v: %s", err, out)
 			}
-			t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-t", "nat", "-D"}, rule...)...).Run() })
+			t.Cleanup(func() { _ = exec.Command(iptables, append([]string{"-t", "nat", "-D"}, rule...)...).Run() })
 		}
 	}
 	t.Cleanup(func() {
