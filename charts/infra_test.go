@@ -48,13 +48,19 @@ type infraChart struct {
 	// Endpoints on the primary) and whose -replicas Service selects the
 	// replicas by their role.
 	patroni bool
+	// keeper: with global.availability high, the Service of the chart's
+	// name has no selector (the keeper sidecar points its Endpoints at the
+	// master), and these sidecar containers ask resources of their own
+	// (a request and a memory limit), not the server's.
+	keeper   bool
+	sidecars []string
 }
 
 var infraCharts = []infraChart{
 	{name: "ingress", appName: "ingress-controller", component: "ingress", imageKeys: []string{"controller"}},
 	{name: "mongodb", appName: "mongodb", component: "database", imageKeys: []string{"mongodb"}, stateful: true},
 	{name: "postgresql", appName: "postgresql", component: "database", imageKeys: []string{"postgresql", "postgresqlHA"}, stateful: true, patroni: true},
-	{name: "redis", appName: "redis", component: "cache", imageKeys: []string{"redis"}, stateful: true},
+	{name: "redis", appName: "redis", component: "cache", imageKeys: []string{"redis", "redisHA"}, stateful: true, keeper: true, sidecars: []string{"sentinel", "keeper"}},
 	{name: "rabbitmq", appName: "rabbitmq", component: "queue", imageKeys: []string{"rabbitmq"}, stateful: true},
 	{name: "nats", appName: "nats", component: "queue", imageKeys: []string{"nats"}, stateful: true},
 	{name: "consul", appName: "consul", component: "database", imageKeys: []string{"consul"}, stateful: true},
@@ -439,6 +445,9 @@ func infraCheckLabels(t *testing.T, ch infraChart, r *infraRendering) {
 				want["onprem.dev/postgresql-role"] = "replica"
 			}
 		}
+		if ch.keeper && infraString(r.values, "global", "availability") == "high" && s.Name == ch.appName {
+			want = nil // the keeper keeps its Endpoints on the master
+		}
 		if !reflect.DeepEqual(s.Spec.Selector, want) {
 			t.Errorf("Service/%s: selector %v, want %v", s.Name, s.Spec.Selector, want)
 		}
@@ -525,7 +534,11 @@ func infraCheckWorkloads(t *testing.T, ch infraChart, r *infraRendering) {
 			if c.ImagePullPolicy != corev1.PullIfNotPresent {
 				t.Errorf("%s: imagePullPolicy %q", what, c.ImagePullPolicy)
 			}
-			if !apiequality.Semantic.DeepEqual(c.Resources, wantResources) {
+			if slices.Contains(ch.sidecars, c.Name) {
+				if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+					t.Errorf("%s: a sidecar asks resources of its own (CPU and memory requests, a memory limit): %v", what, c.Resources)
+				}
+			} else if !apiequality.Semantic.DeepEqual(c.Resources, wantResources) {
 				t.Errorf("%s: resources %v, want the values' %v", what, c.Resources, wantResources)
 			}
 			infraCheckRestricted(t, what, c)

@@ -122,6 +122,8 @@ var replicatedDatabases = []replicatedDatabase{
 		mode: func(in *config.Installation) string { return in.Spec.Databases.PostgreSQL.Mode }},
 	{name: "rabbitmq", product: "RabbitMQ", cluster: "RabbitMQ cluster", label: "onprem.dev/rabbitmq-cluster",
 		mode: func(in *config.Installation) string { return in.Spec.Databases.RabbitMQ.Mode }},
+	{name: "redis", product: "Redis", cluster: "replicated Redis", label: "onprem.dev/redis-cluster",
+		mode: func(in *config.Installation) string { return in.Spec.Databases.Redis.Mode }},
 }
 
 // availabilityChange fails when an installed database is a single server

@@ -113,10 +113,10 @@ func TestBundleCommands(t *testing.T) {
 		t.Errorf("keygen --force: %d %s", code, stderr)
 	}
 
-	// Result on stdout, progress on stderr. 41 images: the release's 26
+	// Result on stdout, progress on stderr. 42 images: the release's 27
 	// and the 15 the fixture runtime chart renders by itself.
 	code, stdout, stderr = bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", oci, "--key", filepath.Join(keys, "bundle.key"), "--platform", "linux/amd64", "--concurrency", "2")
-	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 41 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
+	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 42 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
 		t.Fatalf("create: %d %q %q", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "create: ") || !strings.Contains(stderr, "done in") {
@@ -130,7 +130,7 @@ func TestBundleCommands(t *testing.T) {
 		Charts  []struct{ Name string }
 		Signed  bool
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &in) != nil || in.Release != "2.8.0" || len(in.Images) != 41 || !in.Signed || len(in.Charts) == 0 || stderr != "" {
+	if code != exitOK || json.Unmarshal([]byte(stdout), &in) != nil || in.Release != "2.8.0" || len(in.Images) != 42 || !in.Signed || len(in.Charts) == 0 || stderr != "" {
 		t.Fatalf("inspect -o json: %d %+v %q", code, in, stderr)
 	}
 	if !strings.HasPrefix(in.Images[0].Reference, "docker.io/library/traefik:v3.6.12@sha256:") {
@@ -169,7 +169,7 @@ func TestBundleCommands(t *testing.T) {
 		BlobsCopied, ManifestsPushed int
 		Images                       []struct{ Reference string }
 	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &sum) != nil || sum.BlobsCopied == 0 || sum.ManifestsPushed != 41 || sum.Registry != host+"/onprem" {
+	if code != exitOK || json.Unmarshal([]byte(stdout), &sum) != nil || sum.BlobsCopied == 0 || sum.ManifestsPushed != 42 || sum.Registry != host+"/onprem" {
 		t.Fatalf("push: %d %s %s", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "push: ") || !strings.Contains(stderr, "verify: ") {
@@ -179,7 +179,7 @@ func TestBundleCommands(t *testing.T) {
 		t.Errorf("pushed to %s", sum.Images[0].Reference)
 	}
 	code, stdout, _ = bundleCLI(t, "push", file, "--registry", host+"/onprem", "--docker-config", regcred)
-	if code != exitOK || !strings.Contains(stdout, "pushed 41 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
+	if code != exitOK || !strings.Contains(stdout, "pushed 42 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
 		t.Errorf("second push: %d %s", code, stdout)
 	}
 	// Refused credentials: exit 1.

@@ -34,7 +34,7 @@ type Spec struct {
 	Domain    string `json:"domain" env:"DOMAIN, overwrite" doc:"DNS name the platform is served under, e.g. ci.example.com."`
 	Profile   string `json:"profile,omitempty" env:"PROFILE, overwrite" enum:"small,medium,large" doc:"Sizing profile: requests, limits and replicas of every component. Default: small."`
 
-	Availability string `json:"availability,omitempty" env:"AVAILABILITY, overwrite" enum:"single,high" doc:"single: one pod of a component may be all it has. high: every stateless component (the ingress controller too) runs at least two replicas on different nodes with a disruption budget, PostgreSQL runs three instances with automatic failover and synchronous replication (Patroni), and RabbitMQ three nodes of one cluster whose queues are quorum queues; needs three schedulable nodes (docs/availability.md). Independent of the profile. Default: single."`
+	Availability string `json:"availability,omitempty" env:"AVAILABILITY, overwrite" enum:"single,high" doc:"single: one pod of a component may be all it has. high: every stateless component (the ingress controller too) runs at least two replicas on different nodes with a disruption budget, PostgreSQL runs three instances with automatic failover and synchronous replication (Patroni), RabbitMQ three nodes of one cluster whose queues are quorum queues, and Redis a master and two replicas with Sentinel's automatic failover; needs three schedulable nodes (docs/availability.md). Independent of the profile. Default: single."`
 
 	TLS      TLS      `json:"tls,omitempty" env:",prefix=TLS_" doc:"Certificate for the platform's domain."`
 	Ingress  Ingress  `json:"ingress,omitempty" env:",prefix=INGRESS_" doc:"How traffic reaches the platform."`

@@ -17,6 +17,10 @@ const MinHAReplicas = 2
 // Patroni: the postgresql component's images.postgresqlHA.
 const PostgreSQLHAImage = "postgresql-ha"
 
+// RedisHAImage is the release image that runs Redis with Sentinel (and
+// the keeper's curl): the redis component's images.redisHA.
+const RedisHAImage = "redis-ha"
+
 // AvailabilityError is a configuration that spec.availability high cannot
 // honour: a component given fewer replicas than high availability needs,
 // or a release without the images it needs.
@@ -57,15 +61,25 @@ func checkAvailability(in *config.Installation, rel *release.Release, c release.
 				c.Name, c.Name, c.Name, MinHAReplicas, MinHAReplicas)}
 		}
 	}
-	if c.Name == "postgresql" && c.Group == release.GroupInfrastructure {
-		if _, ok := c.Images["postgresqlHA"]; !ok {
+	if need, ok := haImages[c.Name]; ok && c.Group == release.GroupInfrastructure {
+		if _, ok := c.Images[need.key]; !ok {
 			return &AvailabilityError{Msg: fmt.Sprintf(
-				"spec.availability: high needs PostgreSQL with Patroni, and release %s's postgresql component names no %s image: "+
-					"install a release that has one ('onprem versions'), use spec.databases.postgresql.mode external, or set spec.availability single",
-				rel.Version, PostgreSQLHAImage)}
+				"spec.availability: high needs %s, and release %s's %s component names no %s image: "+
+					"install a release that has one ('onprem versions'), use spec.databases.%s.mode external, or set spec.availability single",
+				need.what, rel.Version, c.Name, need.image, c.Name)}
 		}
 	}
 	return nil
+}
+
+// haImage is the image a database's chart runs with high availability:
+// the component's images key and the release's image name.
+type haImage struct{ key, image, what string }
+
+// haImages: the databases whose replicated form runs an image of its own.
+var haImages = map[string]haImage{
+	"postgresql": {key: "postgresqlHA", image: PostgreSQLHAImage, what: "PostgreSQL with Patroni"},
+	"redis":      {key: "redisHA", image: RedisHAImage, what: "Redis with Sentinel"},
 }
 
 // intValue reads a number from Helm values (YAML and --set give int,
@@ -90,11 +104,15 @@ const DefaultPostgreSQLMembers = 3
 // DefaultRabbitMQMembers is the rabbitmq chart's ha.replicas.
 const DefaultRabbitMQMembers = 3
 
+// DefaultRedisMembers is the redis chart's ha.replicas.
+const DefaultRedisMembers = 3
+
 // replicatedMembers is, for each database that spec.availability high
 // replicates, the members its chart runs by default.
 var replicatedMembers = map[string]int{
 	"postgresql": DefaultPostgreSQLMembers,
 	"rabbitmq":   DefaultRabbitMQMembers,
+	"redis":      DefaultRedisMembers,
 }
 
 // databaseMembers is how many pods database db runs: the members of a

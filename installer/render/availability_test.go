@@ -82,7 +82,7 @@ func TestHighAvailability(t *testing.T) {
 	// The backup's exec rights follow the members of each replicated
 	// database (the primary moves).
 	ha := &config.Installation{Spec: config.Spec{Availability: config.AvailabilityHigh}}
-	for db, want := range map[string]int{"postgresql": 3, "rabbitmq": 3, "redis": 1, "mongodb": 1} {
+	for db, want := range map[string]int{"postgresql": 3, "rabbitmq": 3, "redis": 3, "mongodb": 1} {
 		if got := databaseMembers(ha, db, nil); got != want {
 			t.Errorf("databaseMembers(high, %s) = %d, want %d", db, got, want)
 		}
@@ -133,7 +133,14 @@ func TestHighAvailabilityRefusals(t *testing.T) {
 	}
 	in.Spec.Databases.PostgreSQL.Mode = config.DatabaseModeExternal
 	in.Spec.Databases.PostgreSQL.External.SecretName = "pg"
+	_, err = Render(context.Background(), Options{Installation: in, Release: old})
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), "needs Redis with Sentinel, and release 2.7.1's redis component names no redis-ha image") ||
+		!strings.Contains(err.Error(), "spec.databases.redis.mode external") {
+		t.Errorf("high on 2.7.1 with an external PostgreSQL: %v, want Redis's image refused", err)
+	}
+	in.Spec.Databases.Redis.Mode = config.DatabaseModeExternal
+	in.Spec.Databases.Redis.External.SecretName = "redis"
 	if _, err := Render(context.Background(), Options{Installation: in, Release: old}); err != nil {
-		t.Errorf("high on 2.7.1 with an external PostgreSQL: %v", err)
+		t.Errorf("high on 2.7.1 with an external PostgreSQL and Redis: %v", err)
 	}
 }
