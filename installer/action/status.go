@@ -214,6 +214,15 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 			out.Databases = append(out.Databases, top)
 		}
 	}
+	if _, ok := st.Components[topology.Redis]; ok {
+		top, err := topology.RedisCluster(ctx, cl.Client, ns)
+		if err != nil {
+			return out, err
+		}
+		if top.Replicated {
+			out.Databases = append(out.Databases, top)
+		}
+	}
 	return out, nil
 }
 

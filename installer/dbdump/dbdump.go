@@ -325,11 +325,49 @@ func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) 
 	return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "pod " + pods.Items[0].Name + " is not ready"}
 }
 
+// Members is every running member of database engine's StatefulSet in
+// namespace (by name), to run in each a command that a member does not
+// replicate to the others (Redis's ACL). A member that is not running (its
+// node lost, its pod recreated) is left out: when it starts, it reads the
+// Secret as it is then. It fails when no member runs.
+func Members(ctx context.Context, c kubernetes.Interface, namespace, engine string) ([]podexec.Target, error) {
+	e, err := Get(engine)
+	if err != nil {
+		return nil, err
+	}
+	sets, err := c.AppsV1().StatefulSets(namespace).List(ctx, metav1.ListOptions{LabelSelector: componentLabel + "=" + e.Component})
+	if err != nil {
+		return nil, fmt.Errorf("finding %s's pods: %w", engine, err)
+	}
+	if len(sets.Items) == 0 {
+		return nil, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no StatefulSet of component " + e.Component}
+	}
+	sel, err := metav1.LabelSelectorAsSelector(sets.Items[0].Spec.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("finding %s's pods: %w", engine, err)
+	}
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("finding %s's pods: %w", engine, err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	var out []podexec.Target
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			out = append(out, podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container})
+		}
+	}
+	if len(out) == 0 {
+		return nil, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no running pod"}
+	}
+	return out, nil
+}
+
 // replicated reports whether pods are the members of a replicated database
-// (they carry topology.ClusterLabel).
+// (they carry topology.ClusterLabel, or Redis's RedisClusterLabel).
 func replicated(pods []corev1.Pod) bool {
 	for _, p := range pods {
-		if p.Labels[topology.ClusterLabel] != "" {
+		if p.Labels[topology.ClusterLabel] != "" || p.Labels[topology.RedisClusterLabel] != "" {
 			return true
 		}
 	}
@@ -339,6 +377,9 @@ func replicated(pods []corev1.Pod) bool {
 // primary reports whether a member says it is its database's primary.
 func primary(p *corev1.Pod) bool {
 	r := p.Labels[topology.RoleLabel]
+	if p.Labels[topology.RedisClusterLabel] != "" {
+		r = p.Labels[topology.RedisRoleLabel]
+	}
 	return r == "master" || r == "primary"
 }
 

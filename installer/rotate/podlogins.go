@@ -208,6 +208,29 @@ func (p PodLogins) run(ctx context.Context, engine string, cmd []string, stdin i
 	return nil
 }
 
+// runEach runs cmd in every running member of engine (dbdump.Members),
+// each with its own copy of stdin, and stops at the first that fails,
+// naming it.
+func (p PodLogins) runEach(ctx context.Context, engine string, cmd []string, stdin string, password []byte) error {
+	targets, err := dbdump.Members(ctx, p.Client, p.Namespace, engine)
+	if err != nil {
+		return err
+	}
+	for _, target := range targets {
+		var out tail
+		if err := p.Exec.Exec(ctx, target, cmd, strings.NewReader(stdin), &out); err != nil {
+			if s := strings.TrimSpace(string(out.b)); s != "" {
+				err = fmt.Errorf("%w; it printed: %s", err, s)
+			}
+			if len(targets) > 1 {
+				err = fmt.Errorf("in pod %s: %w", target.Pod, err)
+			}
+			return redactErr(err, password)
+		}
+	}
+	return nil
+}
+
 // tail keeps the last 2 KiB written to it.
 type tail struct{ b []byte }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -179,13 +178,13 @@ func (p PodLogins) AddPassword(ctx context.Context, current, next []byte) error 
 	if err := oneLine(string(current), string(next)); err != nil {
 		return err
 	}
-	in := strings.NewReader(string(current) + "\n" + string(next) + "\n")
-	return redactErr(p.run(ctx, Redis, redisAddPassword, in, next), current)
+	in := string(current) + "\n" + string(next) + "\n"
+	return redactErr(p.runEach(ctx, Redis, redisAddPassword, in, next), current)
 }
 
 // FileHolds implements RedisPasswords.
 func (p PodLogins) FileHolds(ctx context.Context, password []byte) (bool, error) {
-	err := p.run(ctx, Redis, redisFileHolds, strings.NewReader(string(password)+"\n"), password)
+	err := p.runEach(ctx, Redis, redisFileHolds, string(password)+"\n", password)
 	var ee *podexec.ExitError
 	switch {
 	case err == nil:
@@ -203,5 +202,5 @@ func (p PodLogins) KeepOnly(ctx context.Context, password []byte) error {
 	if err := oneLine(string(password)); err != nil {
 		return err
 	}
-	return p.run(ctx, Redis, redisKeepOnly, strings.NewReader(string(password)+"\n"), password)
+	return p.runEach(ctx, Redis, redisKeepOnly, string(password)+"\n", password)
 }

@@ -191,3 +191,54 @@ func TestRabbitMQCluster(t *testing.T) {
 		t.Errorf("single: %+v, %v", top, err)
 	}
 }
+
+// Redis's members: the ready member labelled master is the primary; a
+// majority ready with a ready replica is what a failover needs; a lost
+// master still labelled master is not the primary.
+func TestRedisFromObjects(t *testing.T) {
+	three := int32(3)
+	sts := &appsv1.StatefulSet{}
+	sts.Spec.Replicas = &three
+	sts.Spec.Template.Labels = map[string]string{RedisClusterLabel: Redis}
+	member := func(name, role string, ready bool) corev1.Pod {
+		p := corev1.Pod{}
+		p.Name = name
+		p.Labels = map[string]string{RedisClusterLabel: Redis, RedisRoleLabel: role}
+		p.Status.Phase = corev1.PodRunning
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+		return p
+	}
+	top := RedisFromObjects(sts, []corev1.Pod{member("redis-1", "replica", true), member("redis-0", "master", true), member("redis-2", "replica", true)}, nil)
+	if !top.Replicated || top.Primary != "redis-0" || !top.Quorum || !top.Healthy() {
+		t.Errorf("healthy: %+v", top)
+	}
+	if got := top.Summary(); got != "primary redis-0; redis-1 replica; redis-2 replica" {
+		t.Errorf("summary %q", got)
+	}
+	// The master's node is lost before the failover: no primary.
+	top = RedisFromObjects(sts, []corev1.Pod{member("redis-0", "master", false), member("redis-1", "replica", true), member("redis-2", "replica", true)}, nil)
+	if top.Primary != "" || top.Quorum || top.Healthy() {
+		t.Errorf("master lost: %+v", top)
+	}
+	// After it: redis-1 promoted, redis-0 still labelled master (its keeper is gone).
+	top = RedisFromObjects(sts, []corev1.Pod{member("redis-0", "master", false), member("redis-1", "master", true), member("redis-2", "replica", true)}, nil)
+	if top.Primary != "redis-1" || !top.Quorum || top.Healthy() {
+		t.Errorf("failed over: %+v", top)
+	}
+	// Before its node is called lost, the old master still looks ready:
+	// the Service's Endpoints (the keeper's) name the real one.
+	ep := corev1.Endpoints{Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "10.0.0.2", TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "redis-1"}}}}}}
+	ep.Name = Redis
+	top = RedisFromObjects(sts, []corev1.Pod{member("redis-0", "master", true), member("redis-1", "master", true), member("redis-2", "replica", true)}, []corev1.Endpoints{ep})
+	if top.Primary != "redis-1" {
+		t.Errorf("two labelled master, the Service at redis-1: primary %q", top.Primary)
+	}
+	// Single: no cluster label.
+	if top := RedisFromObjects(nil, []corev1.Pod{{}}, nil); top.Replicated {
+		t.Errorf("single: %+v", top)
+	}
+}
