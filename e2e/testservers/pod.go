@@ -25,8 +25,9 @@ type PodSpec struct {
 	Command []string
 	// Env is the container's environment, $(VAR) references resolved.
 	Env map[string]string
-	// Mounts maps a path in the container to a host folder. Every
-	// mount's folder is given to the server's user.
+	// Mounts maps a path in the container to a host folder (or a file,
+	// mounted over the container's file of that path). Every mount is
+	// given to the server's user.
 	Mounts map[string]string
 	// Packages are the Debian packages the command needs (installed when
 	// missing) and a program of each that shows it is installed.
@@ -95,6 +96,11 @@ func (p *Pod) Start() {
 		host := p.spec.Mounts[path]
 		if err := chownAll(host, int(cred.Uid), int(cred.Gid)); err != nil {
 			p.t.Fatalf("testservers: pod %s: %v", p.spec.Name, err)
+		}
+		if fi, err := os.Stat(host); err == nil && fi.Mode().IsRegular() {
+			// One file over the container's (a hosts file over /etc/hosts).
+			fmt.Fprintf(&script, "[ -e %s ] || : > %s\nmount --bind %s %s\n", shellQuote(path), shellQuote(path), shellQuote(host), shellQuote(path))
+			continue
 		}
 		fmt.Fprintf(&script, "mkdir -p %s\nmount --bind %s %s\n", shellQuote(path), shellQuote(host), shellQuote(path))
 	}

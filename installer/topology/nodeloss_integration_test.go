@@ -19,8 +19,8 @@ import (
 // TestNodeLoss installs the platform with spec.availability high on a real
 // API server with three nodes, once, and then, side by side, loses the
 // node of each replicated database's leader under writes: PostgreSQL's
-// primary (Patroni) and the RabbitMQ node that leads the platform's quorum
-// queue. Each database's members are the real servers (Debian's), run as
+// primary (Patroni), the RabbitMQ node that leads the platform's quorum
+// queue and Redis's master (Sentinel). Each database's members are the real servers (Debian's), run as
 // their pods would run them.
 func TestNodeLoss(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -63,5 +63,9 @@ func TestNodeLoss(t *testing.T) {
 	t.Run("rabbitmq", func(t *testing.T) {
 		t.Parallel()
 		rabbitMQNodeLoss(t, c)
+	})
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		redisFailover(t, c)
 	})
 }

@@ -34,13 +34,37 @@ import (
 // share this machine's network with the other members.
 func podSpec(t *testing.T, c *testcluster.Cluster, ns, set, name, ip string) testservers.PodSpec {
 	t.Helper()
+	return podContainers(t, c, ns, set, name, ip)[0]
+}
+
+// podContainers is podSpec for every container of the pod, in the pod's
+// order, sharing its volumes' folders (named <pod>-<container> when the
+// pod has more than one).
+func podContainers(t *testing.T, c *testcluster.Cluster, ns, set, name, ip string) []testservers.PodSpec {
+	t.Helper()
 	ctx := context.Background()
 	sts, err := c.Client.AppsV1().StatefulSets(ns).Get(ctx, set, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod := sts.Spec.Template.Spec
-	ctr := pod.Containers[0]
+	content := map[string]string{}
+	var specs []testservers.PodSpec
+	for _, ctr := range pod.Containers {
+		spec := containerSpec(t, c, ns, name, ip, pod, ctr, content)
+		if len(pod.Containers) > 1 {
+			spec.Name = name + "-" + ctr.Name
+		}
+		specs = append(specs, spec)
+	}
+	return specs
+}
+
+// containerSpec is one container of pod; content holds the folders of the
+// volumes already laid out (a volume is one folder for every container).
+func containerSpec(t *testing.T, c *testcluster.Cluster, ns, name, ip string, pod corev1.PodSpec, ctr corev1.Container, content map[string]string) testservers.PodSpec {
+	t.Helper()
+	ctx := context.Background()
 	env := map[string]string{}
 	expand := regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 	for _, e := range ctr.Env {
@@ -85,8 +109,7 @@ func podSpec(t *testing.T, c *testcluster.Cluster, ns, set, name, ip string) tes
 		volumes[v.Name] = v
 	}
 	// Each volume's content once: a volume mounted twice (whole, and one
-	// file of it by subPath) is one folder.
-	content := map[string]string{}
+	// file of it by subPath, or by two containers) is one folder.
 	for _, m := range ctr.VolumeMounts {
 		v, ok := volumes[m.Name]
 		dir, seen := content[m.Name]
