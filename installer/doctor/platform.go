@@ -64,7 +64,8 @@ var databaseDown = Analyzer{
 			if want == 0 || x.Status.ReadyReplicas >= want {
 				continue
 			}
-			if (x.Spec.Template.Labels[topology.ClusterLabel] != "" || x.Spec.Template.Labels[topology.RabbitMQClusterLabel] != "") && x.Status.ReadyReplicas > 0 {
+			if (x.Spec.Template.Labels[topology.ClusterLabel] != "" || x.Spec.Template.Labels[topology.RabbitMQClusterLabel] != "" ||
+				x.Spec.Template.Labels[topology.RedisClusterLabel] != "") && x.Status.ReadyReplicas > 0 {
 				continue // a replicated database with members left: database-replication judges it
 			}
 			out = append(out, Finding{Severity: Error, Component: comp, Object: object("StatefulSet", ns, x.Name),

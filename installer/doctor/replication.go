@@ -17,7 +17,7 @@ const LagWarningBytes = 64 << 20
 // them), a replica far behind a warning.
 var replication = Analyzer{
 	ID:          "database-replication",
-	Description: "a replicated database (spec.availability high) has no primary or no majority, a member down, no synchronous replica ready, or a replica far behind",
+	Description: "a replicated database (spec.availability high) has no primary or no majority, a member down, no synchronous (or, for Redis, no) replica ready, or a replica far behind",
 	Run: func(in *Input) []Finding {
 		ns := in.S.Meta.Namespace
 		objs := in.S.Objects(ns)
@@ -26,6 +26,10 @@ var replication = Analyzer{
 			sts := &objs.StatefulSets[i]
 			if sts.Name == topology.RabbitMQ && sts.Spec.Template.Labels[topology.RabbitMQClusterLabel] != "" {
 				out = append(out, rabbitMQFindings(ns, topology.RabbitMQFromObjects(sts, objs.Pods))...)
+				continue
+			}
+			if sts.Name == topology.Redis && sts.Spec.Template.Labels[topology.RedisClusterLabel] != "" {
+				out = append(out, redisFindings(ns, topology.RedisFromObjects(sts, objs.Pods, objs.Endpoints))...)
 				continue
 			}
 			if sts.Name != topology.PostgreSQL || sts.Spec.Template.Labels[topology.ClusterLabel] == "" {
@@ -106,6 +110,36 @@ func rabbitMQFindings(ns string, top *topology.Topology) []Finding {
 			Title: "RabbitMQ runs with a node down: " + top.Summary(),
 			Remediation: "the platform serves; bring the node's Kubernetes node back, or drain and delete it so that the pod is scheduled elsewhere " +
 				"(a node with a new volume rejoins the cluster and its queues by itself)"}}
+	}
+	return nil
+}
+
+// redisFindings: a replicated Redis with no master, or a master with no
+// ready replica (it refuses writes: min-replicas-to-write), is an error;
+// one with a member down a warning.
+func redisFindings(ns string, top *topology.Topology) []Finding {
+	var evidence []string
+	for _, m := range top.Members {
+		line := fmt.Sprintf("%s on node %s: %s, %s", m.Name, orNone(m.Node), m.Role, m.State)
+		evidence = append(evidence, line)
+	}
+	obj := object("StatefulSet", ns, topology.Redis)
+	switch {
+	case top.Primary == "":
+		return []Finding{{Severity: Error, Component: topology.Redis, Object: obj, Evidence: evidence,
+			Title: "Redis has no master: every write fails until Sentinel promotes a replica",
+			Remediation: "a failover takes about 10 s by itself once a majority of the members' Sentinels agree; if it does not come, bring back " +
+				"the members' nodes (a majority is needed); the sentinel and keeper containers' logs say what they see (onprem support-bundle)"}}
+	case !top.Quorum:
+		return []Finding{{Severity: Error, Component: topology.Redis, Object: obj, Evidence: evidence,
+			Title: "Redis's master " + top.Primary + " has no ready replica: it refuses writes (it takes them only while a replica follows it), and its loss could not be recovered",
+			Remediation: "bring back a replica's node (or drain and delete its pod, so that it is scheduled elsewhere and copies the master); " +
+				"the findings about the replicas' pods say why they are down"}}
+	case !top.Healthy():
+		return []Finding{{Severity: Warning, Component: topology.Redis, Object: obj, Evidence: evidence,
+			Title: "Redis runs with a member down: " + top.Summary(),
+			Remediation: "the platform serves; bring the member's node back, or drain and delete it so that the pod is scheduled elsewhere " +
+				"(a new member copies the master by itself)"}}
 	}
 	return nil
 }

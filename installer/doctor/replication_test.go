@@ -99,12 +99,18 @@ func TestReplicationFindings(t *testing.T) {
 }
 
 func rabbitSnapshot(pods ...corev1.Pod) *Report {
+	return clusterSnapshot(topology.RabbitMQ, topology.RabbitMQClusterLabel, pods...)
+}
+
+// clusterSnapshot: the StatefulSet name of three members whose pods carry
+// label, with pods.
+func clusterSnapshot(name, label string, pods ...corev1.Pod) *Report {
 	s := base()
 	three := int32(3)
-	sts := appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "rabbitmq", Namespace: "onprem",
-		Labels: map[string]string{"onprem.dev/component": "rabbitmq"}}}
+	sts := appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem",
+		Labels: map[string]string{"onprem.dev/component": name}}}
 	sts.Spec.Replicas = &three
-	sts.Spec.Template.Labels = map[string]string{topology.RabbitMQClusterLabel: topology.RabbitMQ}
+	sts.Spec.Template.Labels = map[string]string{label: name}
 	for _, p := range pods {
 		if p.Status.Conditions[0].Status == corev1.ConditionTrue {
 			sts.Status.ReadyReplicas++
@@ -143,5 +149,41 @@ func TestRabbitMQReplicationFindings(t *testing.T) {
 	f = only(t, rep, "database-replication")
 	if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "RabbitMQ has lost its majority: 1 of 3 nodes ready") || f[0].Remediation == "" {
 		t.Errorf("the majority lost: %+v", f)
+	}
+}
+
+func redisMember(name, role string, ready bool) corev1.Pod {
+	p := haMember(name, "", ready, "0")
+	p.Labels = map[string]string{topology.RedisClusterLabel: topology.Redis, topology.RedisRoleLabel: role, "onprem.dev/component": "redis"}
+	p.Annotations = nil
+	return p
+}
+
+// A replicated Redis: a replica down is a warning, no master or a master
+// without a ready replica (it refuses writes) an error; database-down
+// leaves it to this analyzer while a member is ready.
+func TestRedisReplicationFindings(t *testing.T) {
+	snap := func(pods ...corev1.Pod) *Report { return clusterSnapshot(topology.Redis, topology.RedisClusterLabel, pods...) }
+	rep := snap(redisMember("redis-0", "master", true), redisMember("redis-1", "replica", true), redisMember("redis-2", "replica", true))
+	if f := only(t, rep, "database-replication"); len(f) != 0 {
+		t.Errorf("findings on a healthy Redis: %+v", f)
+	}
+	rep = snap(redisMember("redis-0", "master", true), redisMember("redis-1", "replica", false), redisMember("redis-2", "replica", true))
+	f := only(t, rep, "database-replication")
+	if len(f) != 1 || f[0].Severity != Warning || !holds(f[0], "Redis runs with a member down: primary redis-0; redis-1 replica, not ready", "redis-1 on node node-1: replica, not ready") {
+		t.Errorf("a replica down: %+v", f)
+	}
+	if f := only(t, rep, "database-down"); len(f) != 0 {
+		t.Errorf("database-down with two members of three serving: %+v", f)
+	}
+	rep = snap(redisMember("redis-0", "master", false), redisMember("redis-1", "replica", true), redisMember("redis-2", "replica", true))
+	f = only(t, rep, "database-replication")
+	if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "Redis has no master") || f[0].Remediation == "" {
+		t.Errorf("the master lost: %+v", f)
+	}
+	rep = snap(redisMember("redis-0", "master", true), redisMember("redis-1", "replica", false), redisMember("redis-2", "replica", false))
+	f = only(t, rep, "database-replication")
+	if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "Redis's master redis-0 has no ready replica: it refuses writes") {
+		t.Errorf("no replica left: %+v", f)
 	}
 }

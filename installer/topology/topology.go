@@ -134,7 +134,10 @@ func (t *Topology) Summary() string {
 	if t.Primary != "" {
 		head = "primary " + t.Primary
 	}
-	if !t.Quorum {
+	switch {
+	case !t.Quorum && t.Engine == "redis" && t.Primary != "":
+		head += ", no ready replica: it refuses writes until one follows it"
+	case !t.Quorum && t.Engine != "redis":
 		head += ", no synchronous replica: losing the primary now stops writes or loses them"
 	}
 	if len(parts) == 0 {
