@@ -45,31 +45,52 @@ func RabbitMQFromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod) *Topology {
 	if sts != nil && sts.Spec.Replicas != nil {
 		t.Desired = int(*sts.Spec.Replicas)
 	}
-	var nodes []corev1.Pod
-	for _, p := range pods {
-		if p.Labels[RabbitMQClusterLabel] == RabbitMQ {
-			nodes = append(nodes, p)
-		}
-	}
-	if len(nodes) == 0 && (sts == nil || sts.Spec.Template.Labels[RabbitMQClusterLabel] == "") {
+	nodes := clusterPods(sts, pods, RabbitMQClusterLabel, RabbitMQ)
+	if nodes == nil {
 		return t
 	}
 	t.Replicated = true
-	slices.SortFunc(nodes, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	ready := 0
 	for i := range nodes {
-		p := &nodes[i]
-		m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: RoleNode, Ready: podReady(p), State: "running"}
-		if !m.Ready {
-			m.State = "not ready"
-			if p.Status.Phase != corev1.PodRunning {
-				m.State = strings.ToLower(string(p.Status.Phase))
-			}
-		} else {
+		m := memberOf(&nodes[i], RoleNode)
+		if m.Ready {
 			ready++
 		}
 		t.Members = append(t.Members, m)
 	}
 	t.Quorum = t.Desired > 0 && ready > t.Desired/2
 	return t
+}
+
+// clusterPods is the pods labelled label=name, by name; nil when there
+// are none and sts (nil when there is none) does not label its pods so:
+// a single instance.
+func clusterPods(sts *appsv1.StatefulSet, pods []corev1.Pod, label, name string) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.Labels[label] == name {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		if sts == nil || sts.Spec.Template.Labels[label] == "" {
+			return nil
+		}
+		return []corev1.Pod{}
+	}
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// memberOf is pod p as a member in role: "running" when ready, else "not
+// ready" or its phase.
+func memberOf(p *corev1.Pod, role string) Member {
+	m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: role, Ready: podReady(p), State: "running"}
+	if !m.Ready {
+		m.State = "not ready"
+		if p.Status.Phase != corev1.PodRunning {
+			m.State = strings.ToLower(string(p.Status.Phase))
+		}
+	}
+	return m
 }

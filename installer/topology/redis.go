@@ -3,8 +3,6 @@ package topology
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -54,17 +52,11 @@ func RedisFromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []co
 	if sts != nil && sts.Spec.Replicas != nil {
 		t.Desired = int(*sts.Spec.Replicas)
 	}
-	var members []corev1.Pod
-	for _, p := range pods {
-		if p.Labels[RedisClusterLabel] == Redis {
-			members = append(members, p)
-		}
-	}
-	if len(members) == 0 && (sts == nil || sts.Spec.Template.Labels[RedisClusterLabel] == "") {
+	members := clusterPods(sts, pods, RedisClusterLabel, Redis)
+	if members == nil {
 		return t
 	}
 	t.Replicated = true
-	slices.SortFunc(members, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	served := ""
 	for _, ep := range endpoints {
 		if ep.Name != Redis {
@@ -81,19 +73,15 @@ func RedisFromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []co
 	ready, readyReplicas := 0, 0
 	for i := range members {
 		p := &members[i]
-		m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: RoleUnknown, Ready: podReady(p), State: "running"}
+		role := RoleUnknown
 		switch p.Labels[RedisRoleLabel] {
 		case "master":
-			m.Role = RolePrimary
+			role = RolePrimary
 		case "replica":
-			m.Role = RoleReplica
+			role = RoleReplica
 		}
-		if !m.Ready {
-			m.State = "not ready"
-			if p.Status.Phase != corev1.PodRunning {
-				m.State = strings.ToLower(string(p.Status.Phase))
-			}
-		} else {
+		m := memberOf(p, role)
+		if m.Ready {
 			ready++
 			switch {
 			case m.Role == RolePrimary && (t.Primary == "" || m.Name == served):
