@@ -163,7 +163,9 @@ func redisMember(name, role string, ready bool) corev1.Pod {
 // without a ready replica (it refuses writes) an error; database-down
 // leaves it to this analyzer while a member is ready.
 func TestRedisReplicationFindings(t *testing.T) {
-	snap := func(pods ...corev1.Pod) *Report { return clusterSnapshot(topology.Redis, topology.RedisClusterLabel, pods...) }
+	snap := func(pods ...corev1.Pod) *Report {
+		return clusterSnapshot(topology.Redis, topology.RedisClusterLabel, pods...)
+	}
 	rep := snap(redisMember("redis-0", "master", true), redisMember("redis-1", "replica", true), redisMember("redis-2", "replica", true))
 	if f := only(t, rep, "database-replication"); len(f) != 0 {
 		t.Errorf("findings on a healthy Redis: %+v", f)
