@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
 )
 
 // TestRedisHighAvailability: with global.availability high the redis
@@ -19,6 +21,9 @@ func TestRedisHighAvailability(t *testing.T) {
 	sts := infraStatefulSet(t, r)
 	if *sts.Spec.Replicas != 3 || sts.Spec.Template.Labels["onprem.dev/redis-cluster"] != "redis" || sts.Spec.Template.Labels["onprem.dev/kube-api"] != "true" {
 		t.Errorf("replicas %d, labels %v: want 3 members labelled as the cluster and reaching the API", *sts.Spec.Replicas, sts.Spec.Template.Labels)
+	}
+	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("podManagementPolicy %s: after a whole-cluster stop a member may wait for a later one", sts.Spec.PodManagementPolicy)
 	}
 	pod := sts.Spec.Template.Spec
 	aa := pod.Affinity

@@ -120,8 +120,11 @@ func redisFailover(t *testing.T, c *testcluster.Cluster) {
 		return p.Labels["onprem.dev/redis-role"]
 	}
 
-	// OrderedReady: member 0 first, the first master.
-	startMember(0)
+	// The members start together (Parallel): member 0 is the first master,
+	// whichever process comes up first.
+	for i := range ips {
+		startMember(i)
+	}
 	waitFor(t, all, 2*time.Minute, "redis-0 the master behind the Service redis", func() error {
 		ip, err := serviceAddress()
 		if err != nil {
@@ -132,8 +135,6 @@ func redisFailover(t *testing.T, c *testcluster.Cluster) {
 		}
 		return nil
 	})
-	startMember(1)
-	startMember(2)
 	waitFor(t, all, 3*time.Minute, "two replicas in sync and three Sentinels", func() error {
 		info, err := cli(ips[0], 6379, "", "info", "replication")
 		if err != nil {
