@@ -283,46 +283,30 @@ func (e *NotRunningError) Error() string {
 // name) of its component's StatefulSet, or of a replicated database its
 // primary, container Engine.Container.
 func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) (podexec.Target, error) {
-	e, err := Get(engine)
+	e, pods, err := enginePods(ctx, c, namespace, engine)
 	if err != nil {
 		return podexec.Target{}, err
 	}
-	sets, err := c.AppsV1().StatefulSets(namespace).List(ctx, metav1.ListOptions{LabelSelector: componentLabel + "=" + e.Component})
-	if err != nil {
-		return podexec.Target{}, fmt.Errorf("finding %s's pod: %w", engine, err)
-	}
-	if len(sets.Items) == 0 {
-		return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no StatefulSet of component " + e.Component}
-	}
-	sel, err := metav1.LabelSelectorAsSelector(sets.Items[0].Spec.Selector)
-	if err != nil {
-		return podexec.Target{}, fmt.Errorf("finding %s's pod: %w", engine, err)
-	}
-	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		return podexec.Target{}, fmt.Errorf("finding %s's pod: %w", engine, err)
-	}
-	if len(pods.Items) == 0 {
+	if len(pods) == 0 {
 		return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no pod"}
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	if replicated(pods.Items) {
+	if replicated(pods) {
 		// A replicated database is dumped and restored on its primary:
 		// the only member that takes writes, and the newest data.
-		for _, p := range pods.Items {
+		for _, p := range pods {
 			if p.DeletionTimestamp == nil && ready(&p) && primary(&p) {
 				return podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container}, nil
 			}
 		}
 		return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace,
-			Reason: "none of its " + fmt.Sprint(len(pods.Items)) + " members is a ready primary (a failover under way?)"}
+			Reason: "none of its " + fmt.Sprint(len(pods)) + " members is a ready primary (a failover under way?)"}
 	}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.DeletionTimestamp == nil && ready(&p) {
 			return podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container}, nil
 		}
 	}
-	return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "pod " + pods.Items[0].Name + " is not ready"}
+	return podexec.Target{}, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "pod " + pods[0].Name + " is not ready"}
 }
 
 // Members is every running member of database engine's StatefulSet in
@@ -331,28 +315,12 @@ func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) 
 // node lost, its pod recreated) is left out: when it starts, it reads the
 // Secret as it is then. It fails when no member runs.
 func Members(ctx context.Context, c kubernetes.Interface, namespace, engine string) ([]podexec.Target, error) {
-	e, err := Get(engine)
+	e, pods, err := enginePods(ctx, c, namespace, engine)
 	if err != nil {
 		return nil, err
 	}
-	sets, err := c.AppsV1().StatefulSets(namespace).List(ctx, metav1.ListOptions{LabelSelector: componentLabel + "=" + e.Component})
-	if err != nil {
-		return nil, fmt.Errorf("finding %s's pods: %w", engine, err)
-	}
-	if len(sets.Items) == 0 {
-		return nil, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no StatefulSet of component " + e.Component}
-	}
-	sel, err := metav1.LabelSelectorAsSelector(sets.Items[0].Spec.Selector)
-	if err != nil {
-		return nil, fmt.Errorf("finding %s's pods: %w", engine, err)
-	}
-	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		return nil, fmt.Errorf("finding %s's pods: %w", engine, err)
-	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	var out []podexec.Target
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
 			out = append(out, podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container})
 		}
@@ -361,6 +329,32 @@ func Members(ctx context.Context, c kubernetes.Interface, namespace, engine stri
 		return nil, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no running pod"}
 	}
 	return out, nil
+}
+
+// enginePods is engine and the pods of its component's StatefulSet in
+// namespace, by name.
+func enginePods(ctx context.Context, c kubernetes.Interface, namespace, engine string) (Engine, []corev1.Pod, error) {
+	e, err := Get(engine)
+	if err != nil {
+		return e, nil, err
+	}
+	sets, err := c.AppsV1().StatefulSets(namespace).List(ctx, metav1.ListOptions{LabelSelector: componentLabel + "=" + e.Component})
+	if err != nil {
+		return e, nil, fmt.Errorf("finding %s's pods: %w", engine, err)
+	}
+	if len(sets.Items) == 0 {
+		return e, nil, &NotRunningError{Engine: engine, Namespace: namespace, Reason: "no StatefulSet of component " + e.Component}
+	}
+	sel, err := metav1.LabelSelectorAsSelector(sets.Items[0].Spec.Selector)
+	if err != nil {
+		return e, nil, fmt.Errorf("finding %s's pods: %w", engine, err)
+	}
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return e, nil, fmt.Errorf("finding %s's pods: %w", engine, err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return e, pods.Items, nil
 }
 
 // replicated reports whether pods are the members of a replicated database

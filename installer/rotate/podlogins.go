@@ -198,6 +198,12 @@ func (p PodLogins) run(ctx context.Context, engine string, cmd []string, stdin i
 	if err != nil {
 		return err
 	}
+	return p.runIn(ctx, target, cmd, stdin, password)
+}
+
+// runIn runs cmd in target; a failure carries the end of what it printed,
+// password redacted.
+func (p PodLogins) runIn(ctx context.Context, target podexec.Target, cmd []string, stdin io.Reader, password []byte) error {
 	var out tail
 	if err := p.Exec.Exec(ctx, target, cmd, stdin, &out); err != nil {
 		if s := strings.TrimSpace(string(out.b)); s != "" {
@@ -217,15 +223,11 @@ func (p PodLogins) runEach(ctx context.Context, engine string, cmd []string, std
 		return err
 	}
 	for _, target := range targets {
-		var out tail
-		if err := p.Exec.Exec(ctx, target, cmd, strings.NewReader(stdin), &out); err != nil {
-			if s := strings.TrimSpace(string(out.b)); s != "" {
-				err = fmt.Errorf("%w; it printed: %s", err, s)
-			}
+		if err := p.runIn(ctx, target, cmd, strings.NewReader(stdin), password); err != nil {
 			if len(targets) > 1 {
 				err = fmt.Errorf("in pod %s: %w", target.Pod, err)
 			}
-			return redactErr(err, password)
+			return err
 		}
 	}
 	return nil
