@@ -122,7 +122,7 @@ var replicatedDatabases = []replicatedDatabase{
 		mode: func(in *config.Installation) string { return in.Spec.Databases.PostgreSQL.Mode }},
 	{name: "rabbitmq", product: "RabbitMQ", cluster: "RabbitMQ cluster", label: "onprem.dev/rabbitmq-cluster",
 		mode: func(in *config.Installation) string { return in.Spec.Databases.RabbitMQ.Mode }},
-	{name: "redis", product: "Redis", cluster: "replicated Redis", label: "onprem.dev/redis-cluster",
+	{name: "redis", product: "Redis", cluster: "Redis with Sentinel", label: "onprem.dev/redis-cluster",
 		mode: func(in *config.Installation) string { return in.Spec.Databases.Redis.Mode }},
 }
 

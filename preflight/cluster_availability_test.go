@@ -48,10 +48,20 @@ func pgSet(replicated bool) *appsv1.StatefulSet {
 }
 
 func mqSet(replicated bool) *appsv1.StatefulSet {
-	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "rabbitmq", Namespace: "onprem"}}
-	s.Spec.Template.Labels = map[string]string{"app.kubernetes.io/name": "rabbitmq"}
+	return clusterSet("rabbitmq", "onprem.dev/rabbitmq-cluster", replicated)
+}
+
+func redisSet(replicated bool) *appsv1.StatefulSet {
+	return clusterSet("redis", topology.RedisClusterLabel, replicated)
+}
+
+// clusterSet is the installed StatefulSet name, its pods labelled
+// label=name when replicated.
+func clusterSet(name, label string, replicated bool) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem"}}
+	s.Spec.Template.Labels = map[string]string{"app.kubernetes.io/name": name}
 	if replicated {
-		s.Spec.Template.Labels["onprem.dev/rabbitmq-cluster"] = "rabbitmq"
+		s.Spec.Template.Labels[label] = name
 	}
 	return s
 }
@@ -107,6 +117,12 @@ func TestAvailabilityCheck(t *testing.T) {
 			[]string{"installed RabbitMQ (StatefulSet onprem/rabbitmq) is a single server", "asks for a replicated cluster", "onprem restore --force"}},
 		{"single over an installed RabbitMQ cluster", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), mqSet(true)}, Fail,
 			[]string{"is a replicated RabbitMQ cluster", "asks for a single server"}},
+		{"high over an installed single Redis", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true), redisSet(false)), Fail,
+			[]string{"installed Redis (StatefulSet onprem/redis) is a single server", "asks for a replicated cluster", "onprem restore --force"}},
+		{"single over an installed Redis with Sentinel", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), redisSet(true)}, Fail,
+			[]string{"is a replicated Redis with Sentinel (spec.availability high)", "asks for a single server"}},
+		{"high over every cluster installed", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true), redisSet(true)), Pass,
+			[]string{"3 zones"}},
 		{"high over both clusters installed", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true)), Pass,
 			[]string{"3 zones"}},
 		{"single over an installed single server", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), pgSet(false)}, Pass,
