@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/installer/apply"
@@ -291,9 +292,16 @@ func deployment(t *testing.T, c kubernetes.Interface, name string) *appsv1.Deplo
 // under their field manager).
 func updateDeployment(t *testing.T, c kubernetes.Interface, name, manager string, change func(*appsv1.Deployment)) {
 	t.Helper()
-	d := deployment(t, c, name)
-	change(d)
-	if _, err := c.AppsV1().Deployments("onprem").Update(context.Background(), d, metav1.UpdateOptions{FieldManager: manager}); err != nil {
+	// The Deployment controller writes the object too (its revision
+	// annotation), so an edit can meet a newer version: read again and
+	// repeat the edit, as an operator would after kubectl's conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d := deployment(t, c, name)
+		change(d)
+		_, err := c.AppsV1().Deployments("onprem").Update(context.Background(), d, metav1.UpdateOptions{FieldManager: manager})
+		return err
+	})
+	if err != nil {
 		t.Fatalf("changing %s by hand: %v", name, err)
 	}
 }
