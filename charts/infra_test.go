@@ -50,15 +50,25 @@ type infraChart struct {
 	patroni bool
 	// keeper: with global.availability high, the Service of the chart's
 	// name has no selector (the keeper sidecar points its Endpoints at the
-	// master), and these sidecar containers ask resources of their own
-	// (a request and a memory limit), not the server's.
-	keeper   bool
+	// master).
+	keeper bool
+	// sidecars: containers beside the server (sidecars, init containers,
+	// a helper Job's) that ask resources of their own (a request and a
+	// memory limit), not the server's.
 	sidecars []string
+	// inits: the init containers allowed, each one short step before the
+	// server starts (no probes; every other container needs them).
+	inits []string
+	// helperJobs: the name label of the chart's own Jobs, which must never
+	// be the server's (its Service, budget and the installer's pod lists
+	// select on it).
+	helperJobs string
 }
 
 var infraCharts = []infraChart{
 	{name: "ingress", appName: "ingress-controller", component: "ingress", imageKeys: []string{"controller"}},
-	{name: "mongodb", appName: "mongodb", component: "database", imageKeys: []string{"mongodb"}, stateful: true},
+	{name: "mongodb", appName: "mongodb", component: "database", imageKeys: []string{"mongodb"}, stateful: true,
+		sidecars: []string{"keyfile", "replica-set"}, inits: []string{"keyfile"}, helperJobs: "mongodb-replica-set"},
 	{name: "postgresql", appName: "postgresql", component: "database", imageKeys: []string{"postgresql", "postgresqlHA"}, stateful: true, patroni: true},
 	{name: "redis", appName: "redis", component: "cache", imageKeys: []string{"redis", "redisHA"}, stateful: true, keeper: true, sidecars: []string{"sentinel", "keeper"}},
 	{name: "rabbitmq", appName: "rabbitmq", component: "queue", imageKeys: []string{"rabbitmq"}, stateful: true},
@@ -411,7 +421,11 @@ func infraCheckLabels(t *testing.T, ch infraChart, r *infraRendering) {
 		}
 	}
 	for _, p := range r.pods() {
-		if p.isJob {
+		if p.isJob && ch.helperJobs != "" {
+			helper := maps.Clone(want)
+			helper["app.kubernetes.io/name"] = ch.helperJobs
+			infraCheckLabelSet(t, p.owner+" pod template", p.template.Labels, helper)
+		} else if p.isJob {
 			infraCheckLabelSet(t, p.owner+" pod template", p.template.Labels, want)
 		} else {
 			infraCheckLabelSet(t, p.owner+" pod template", p.template.Labels, stable)
@@ -523,8 +537,10 @@ func infraCheckWorkloads(t *testing.T, ch infraChart, r *infraRendering) {
 		}
 		mounted := map[string]bool{}
 		containers := append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...)
-		if len(spec.InitContainers) > 0 {
-			t.Errorf("%s: init containers (they cannot have the probes every container needs)", p.owner)
+		for _, c := range spec.InitContainers {
+			if !slices.Contains(ch.inits, c.Name) {
+				t.Errorf("%s: init container %s (they cannot have the probes every container needs)", p.owner, c.Name)
+			}
 		}
 		for _, c := range containers {
 			what := p.owner + " container " + c.Name
@@ -542,7 +558,7 @@ func infraCheckWorkloads(t *testing.T, ch infraChart, r *infraRendering) {
 				t.Errorf("%s: resources %v, want the values' %v", what, c.Resources, wantResources)
 			}
 			infraCheckRestricted(t, what, c)
-			if p.isJob {
+			if p.isJob || slices.Contains(ch.inits, c.Name) {
 				if c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil {
 					t.Errorf("%s: a Job's container has probes", what)
 				}
@@ -1821,5 +1837,20 @@ func TestPostgreSQLMountsItsAdminSecret(t *testing.T) {
 		if !mounted {
 			t.Errorf("%s is not mounted whole, read-only, at /etc/postgresql-admin", secret)
 		}
+	}
+}
+
+// infraCheckMembers: a replicated database's members (high availability)
+// start together, so that a whole-cluster restart never waits on a later
+// member, and run one per node (required), so that losing a node loses one.
+func infraCheckMembers(t *testing.T, sts *appsv1.StatefulSet) {
+	t.Helper()
+	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("podManagementPolicy %s: after a whole-cluster stop the members must start together", sts.Spec.PodManagementPolicy)
+	}
+	aa := sts.Spec.Template.Spec.Affinity
+	if aa == nil || aa.PodAntiAffinity == nil || len(aa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		aa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != "kubernetes.io/hostname" {
+		t.Errorf("affinity %+v: want one member per node (required)", aa)
 	}
 }

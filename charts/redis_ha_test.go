@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	appsv1 "k8s.io/api/apps/v1"
 )
 
 // TestRedisHighAvailability: with global.availability high the redis
@@ -22,15 +20,8 @@ func TestRedisHighAvailability(t *testing.T) {
 	if *sts.Spec.Replicas != 3 || sts.Spec.Template.Labels["onprem.dev/redis-cluster"] != "redis" || sts.Spec.Template.Labels["onprem.dev/kube-api"] != "true" {
 		t.Errorf("replicas %d, labels %v: want 3 members labelled as the cluster and reaching the API", *sts.Spec.Replicas, sts.Spec.Template.Labels)
 	}
-	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
-		t.Errorf("podManagementPolicy %s: after a whole-cluster stop a member may wait for a later one", sts.Spec.PodManagementPolicy)
-	}
+	infraCheckMembers(t, sts)
 	pod := sts.Spec.Template.Spec
-	aa := pod.Affinity
-	if aa == nil || aa.PodAntiAffinity == nil || len(aa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
-		aa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != "kubernetes.io/hostname" {
-		t.Errorf("affinity %+v: want one member per node (required)", aa)
-	}
 	var names []string
 	for _, c := range pod.Containers {
 		names = append(names, c.Name)

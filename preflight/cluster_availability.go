@@ -124,6 +124,8 @@ var replicatedDatabases = []replicatedDatabase{
 		mode: func(in *config.Installation) string { return in.Spec.Databases.RabbitMQ.Mode }},
 	{name: "redis", product: "Redis", cluster: "Redis with Sentinel", label: "onprem.dev/redis-cluster",
 		mode: func(in *config.Installation) string { return in.Spec.Databases.Redis.Mode }},
+	{name: "mongodb", product: "MongoDB", cluster: "MongoDB replica set", label: "onprem.dev/mongodb-cluster",
+		mode: func(in *config.Installation) string { return in.Spec.Databases.MongoDB.Mode }},
 }
 
 // availabilityChange fails when an installed database is a single server

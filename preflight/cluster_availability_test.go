@@ -55,6 +55,10 @@ func redisSet(replicated bool) *appsv1.StatefulSet {
 	return clusterSet("redis", topology.RedisClusterLabel, replicated)
 }
 
+func mongoSet(replicated bool) *appsv1.StatefulSet {
+	return clusterSet("mongodb", "onprem.dev/mongodb-cluster", replicated)
+}
+
 // clusterSet is the installed StatefulSet name, its pods labelled
 // label=name when replicated.
 func clusterSet(name, label string, replicated bool) *appsv1.StatefulSet {
@@ -103,7 +107,7 @@ func TestAvailabilityCheck(t *testing.T) {
 			[]string{"3 schedulable nodes in 3 zones: a (1), b (1), c (1)"}},
 		{"high on node-local volumes bound at once", high,
 			append(zoned(3, "a", "b", "c"), haClass("local", "rancher.io/local-path", storagev1.VolumeBindingImmediate, true)), Fail,
-			[]string{"StorageClass local", "rancher.io/local-path", "WaitForFirstConsumer", "spec.components.postgresql.values"}},
+			[]string{"StorageClass local", "rancher.io/local-path", "WaitForFirstConsumer", "spec.components.mongodb.values"}},
 		{"high on node-local volumes bound with the pod", high + "  storage:\n    className: local\n",
 			append(zoned(3, "a", "b", "c"), network, haClass("local", "rancher.io/local-path", storagev1.VolumeBindingWaitForFirstConsumer, false)), Pass,
 			[]string{"3 zones"}},
@@ -121,7 +125,11 @@ func TestAvailabilityCheck(t *testing.T) {
 			[]string{"installed Redis (StatefulSet onprem/redis) is a single server", "asks for a replicated cluster", "onprem restore --force"}},
 		{"single over an installed Redis with Sentinel", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), redisSet(true)}, Fail,
 			[]string{"is a replicated Redis with Sentinel (spec.availability high)", "asks for a single server"}},
-		{"high over every cluster installed", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true), redisSet(true)), Pass,
+		{"high over an installed single MongoDB", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true), redisSet(true), mongoSet(false)), Fail,
+			[]string{"installed MongoDB (StatefulSet onprem/mongodb) is a single server", "asks for a replicated cluster", "onprem restore --force"}},
+		{"single over an installed MongoDB replica set", clusterBaseSpec, []runtime.Object{haNode("n0", "", true, false), mongoSet(true)}, Fail,
+			[]string{"is a replicated MongoDB replica set (spec.availability high)", "asks for a single server"}},
+		{"high over every cluster installed", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true), redisSet(true), mongoSet(true)), Pass,
 			[]string{"3 zones"}},
 		{"high over both clusters installed", high, append(zoned(3, "a", "b", "c"), network, pgSet(true), mqSet(true)), Pass,
 			[]string{"3 zones"}},

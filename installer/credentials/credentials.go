@@ -42,7 +42,10 @@ type Secret struct {
 
 // Names of the Secrets shared by the platform (see charts/README.md).
 const (
-	MongoDBAdmin    = "onprem-mongodb-admin"
+	MongoDBAdmin = "onprem-mongodb-admin"
+	// MongoDBKeyFile is the key a highly available MongoDB's members
+	// authenticate each other with (mongod --keyFile).
+	MongoDBKeyFile  = "onprem-mongodb-keyfile"
 	PostgreSQLAdmin = "onprem-postgresql-admin"
 	// PostgreSQLReplication is the role a highly available PostgreSQL's
 	// replicas stream from the primary with.
@@ -79,6 +82,9 @@ type Needs struct {
 	// PostgreSQLReplication is set when PostgreSQL runs replicated
 	// (spec.availability high).
 	PostgreSQLReplication bool
+	// MongoDBReplicaSet is set when MongoDB runs as a replica set
+	// (spec.availability high).
+	MongoDBReplicaSet bool
 	// PlatformKeys is set when any service uses the signing/encryption keys.
 	PlatformKeys bool
 	// SelfSignedTLS is set when onprem makes the domain's certificate.
@@ -91,6 +97,10 @@ func Plan(n Needs) []Secret {
 	if n.Internal["mongodb"] {
 		out = append(out, Secret{Name: MongoDBAdmin, Type: "Opaque", Purpose: "MongoDB root user",
 			Keys: []Key{{Name: "username", Kind: Fixed, Value: "root"}, {Name: "password", Kind: Password}}})
+	}
+	if n.Internal["mongodb"] && n.MongoDBReplicaSet {
+		out = append(out, Secret{Name: MongoDBKeyFile, Type: "Opaque", Purpose: "MongoDB replica set members' shared key (high availability)",
+			Keys: []Key{{Name: "keyfile", Kind: RandomKey}}})
 	}
 	if n.Internal["postgresql"] {
 		out = append(out, Secret{Name: PostgreSQLAdmin, Type: "Opaque", Purpose: "PostgreSQL superuser",

@@ -21,6 +21,11 @@ const PostgreSQLHAImage = "postgresql-ha"
 // the keeper's curl): the redis component's images.redisHA.
 const RedisHAImage = "redis-ha"
 
+// MongoDBReplicaSet is the name of the replica set that MongoDB runs as
+// with spec.availability high: the mongodb chart's --replSet, and the
+// services' MONGODB_REPLICA_SET.
+const MongoDBReplicaSet = "onprem"
+
 // AvailabilityError is a configuration that spec.availability high cannot
 // honour: a component given fewer replicas than high availability needs,
 // or a release without the images it needs.
@@ -107,9 +112,13 @@ const DefaultRabbitMQMembers = 3
 // DefaultRedisMembers is the redis chart's ha.replicas.
 const DefaultRedisMembers = 3
 
+// DefaultMongoDBMembers is the mongodb chart's ha.replicas.
+const DefaultMongoDBMembers = 3
+
 // replicatedMembers is, for each database that spec.availability high
 // replicates, the members its chart runs by default.
 var replicatedMembers = map[string]int{
+	"mongodb":    DefaultMongoDBMembers,
 	"postgresql": DefaultPostgreSQLMembers,
 	"rabbitmq":   DefaultRabbitMQMembers,
 	"redis":      DefaultRedisMembers,

@@ -3,6 +3,7 @@ package render
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,11 +60,7 @@ func TestHighAvailability(t *testing.T) {
 	if sel, found, _ := unstructured.NestedMap(svc.Object, "spec", "selector"); found {
 		t.Errorf("Service postgresql selects %v: Patroni's Endpoints must be its only ones", sel)
 	}
-	found := false
-	for _, s := range res.Secrets {
-		found = found || s.Name == credentials.PostgreSQLReplication
-	}
-	if !found {
+	if !slices.ContainsFunc(res.Secrets, func(s credentials.Secret) bool { return s.Name == credentials.PostgreSQLReplication }) {
 		t.Errorf("the plan has no %s Secret", credentials.PostgreSQLReplication)
 	}
 
@@ -79,10 +76,57 @@ func TestHighAvailability(t *testing.T) {
 		k, n, _ := strings.Cut(kind, "/")
 		find(t, mq, k, n)
 	}
+	// MongoDB: a replica set of three members named as the services are
+	// told, the Job that initiates it, and the members' shared key.
+	mg := res.Component("mongodb")
+	gsts := find(t, mg, "StatefulSet", "mongodb")
+	if r, _, _ := unstructured.NestedInt64(gsts.Object, "spec", "replicas"); r != 3 {
+		t.Errorf("mongodb: %d members, want 3", r)
+	}
+	gargs, _, _ := unstructured.NestedSlice(gsts.Object, "spec", "template", "spec", "containers")
+	if args, _, _ := unstructured.NestedStringSlice(gargs[0].(map[string]any), "args"); !strings.Contains(strings.Join(args, " "), "--replSet "+MongoDBReplicaSet) {
+		t.Errorf("mongod args %v: not a member of replica set %s", args, MongoDBReplicaSet)
+	}
+	jobs := 0
+	for _, o := range mg.Objects {
+		if o.GetKind() == "Job" && strings.HasPrefix(o.GetName(), "mongodb-replica-set-") {
+			jobs++
+		}
+	}
+	if jobs != 1 {
+		t.Errorf("mongodb: %d replica set Jobs, want 1", jobs)
+	}
+	if !slices.ContainsFunc(res.Secrets, func(s credentials.Secret) bool { return s.Name == credentials.MongoDBKeyFile }) {
+		t.Errorf("the plan has no %s Secret", credentials.MongoDBKeyFile)
+	}
+	clients := 0
+	for _, c := range res.Components {
+		for _, o := range c.Objects {
+			if o.GetKind() != "Deployment" || o.GetLabels()["onprem.dev/client-mongodb"] != "true" {
+				continue
+			}
+			clients++
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			env, _, _ := unstructured.NestedSlice(cs[0].(map[string]any), "env")
+			set := ""
+			for _, e := range env {
+				if e.(map[string]any)["name"] == "MONGODB_REPLICA_SET" {
+					set, _ = e.(map[string]any)["value"].(string)
+				}
+			}
+			if set != MongoDBReplicaSet {
+				t.Errorf("Deployment/%s: MONGODB_REPLICA_SET %q, want %q", o.GetName(), set, MongoDBReplicaSet)
+			}
+		}
+	}
+	if clients == 0 {
+		t.Errorf("no service uses MongoDB")
+	}
+
 	// The backup's exec rights follow the members of each replicated
 	// database (the primary moves).
 	ha := &config.Installation{Spec: config.Spec{Availability: config.AvailabilityHigh}}
-	for db, want := range map[string]int{"postgresql": 3, "rabbitmq": 3, "redis": 3, "mongodb": 1} {
+	for db, want := range map[string]int{"postgresql": 3, "rabbitmq": 3, "redis": 3, "mongodb": 3, "consul": 1} {
 		if got := databaseMembers(ha, db, nil); got != want {
 			t.Errorf("databaseMembers(high, %s) = %d, want %d", db, got, want)
 		}

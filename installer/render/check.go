@@ -24,6 +24,7 @@ var (
 	// NoProbes: containers that have no liveness/readiness probes.
 	NoProbes = map[string]string{
 		"db-provision/*":       "a Job's containers run to completion; there is no server to probe",
+		"mongodb/replica-set":  "the Job that initiates MongoDB's replica set (high availability) runs to completion; there is no server to probe",
 		TaskComponent + "/*":   "backups and migrations are Jobs that run to completion",
 		BackupComponent + "/*": "the scheduled backup is a CronJob's Job that runs to completion",
 	}

@@ -421,6 +421,7 @@ func needs(in *config.Installation, services map[string]map[string]any) credenti
 		n.Internal[db] = databaseOf(in.Spec, db).Mode != "external"
 	}
 	n.PostgreSQLReplication = in.Spec.Availability == config.AvailabilityHigh
+	n.MongoDBReplicaSet = in.Spec.Availability == config.AvailabilityHigh
 	for _, name := range sortedKeys(services) {
 		v := services[name]
 		if serviceUses(v, "mongodb") {

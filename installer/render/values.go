@@ -78,6 +78,9 @@ func globalValues(in *config.Installation) map[string]any {
 			continue
 		}
 		dbs[name] = map[string]any{"external": false, "host": name, "port": port, "secretName": adminSecrets[name]}
+		if name == "mongodb" && s.Availability == config.AvailabilityHigh {
+			dbs[name].(map[string]any)["replicaSet"] = MongoDBReplicaSet
+		}
 	}
 	return map[string]any{
 		"availability": s.Availability,

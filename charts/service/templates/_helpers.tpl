@@ -49,7 +49,7 @@ the key instead of producing an object the API server or the service rejects.
 {{- end -}}
 {{- $reserved := list "ONPREM_SERVICE" "ONPREM_VERSION" "PORT" "SIGNING_KEY" "ENCRYPTION_KEY" -}}
 {{- range $db := list "MONGODB" "POSTGRESQL" "REDIS" "RABBITMQ" -}}
-{{- range $k := list "HOST" "PORT" "DATABASE" "USERNAME" "PASSWORD" -}}
+{{- range $k := list "HOST" "PORT" "DATABASE" "USERNAME" "PASSWORD" "REPLICA_SET" -}}
 {{- $reserved = append $reserved (printf "%s_%s" $db $k) -}}
 {{- end -}}
 {{- end -}}
@@ -135,6 +135,12 @@ one place the address lives (the contract forbids taking it from values).
   value: {{ $conn.host | toString | quote }}
 - name: {{ $prefix }}_PORT
   value: {{ $conn.port | int | toString | quote }}
+{{- with $conn.replicaSet }}
+{{- /* A replica set (MongoDB with high availability): the client finds
+its members and primary from the host, a seed, and checks the set's name. */}}
+- name: {{ $prefix }}_REPLICA_SET
+  value: {{ . | toString | quote }}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
