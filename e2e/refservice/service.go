@@ -60,6 +60,10 @@ type Endpoint struct {
 	Database string
 	Username string
 	Password string
+	// ReplicaSet is the replica set the host belongs to (MongoDB with
+	// high availability): the host is then a seed the client discovers
+	// the members and the primary from. Empty: one server.
+	ReplicaSet string
 }
 
 // Addr is host:port.
@@ -85,7 +89,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		if getenv(prefix+"_HOST") == "" {
 			return nil, nil
 		}
-		e := &Endpoint{Host: getenv(prefix + "_HOST")}
+		e := &Endpoint{Host: getenv(prefix + "_HOST"), ReplicaSet: getenv(prefix + "_REPLICA_SET")}
 		port := getenv(prefix + "_PORT")
 		n, err := strconv.Atoi(port)
 		if err != nil {

@@ -115,6 +115,21 @@ func TestFromEnvNamesWhatIsMissing(t *testing.T) {
 	}
 }
 
+// MONGODB_REPLICA_SET (the mongodb chart with high availability) makes the
+// host a seed of that replica set; without it, one server.
+func TestFromEnvReadsTheReplicaSet(t *testing.T) {
+	vars := map[string]string{"ONPREM_SERVICE": "a", "MONGODB_HOST": "mongodb", "MONGODB_PORT": "27017",
+		"MONGODB_DATABASE": "a", "MONGODB_USERNAME": "a", "MONGODB_PASSWORD": "p", "MONGODB_REPLICA_SET": "onprem"}
+	c, err := FromEnv(func(k string) string { return vars[k] })
+	if err != nil || c.MongoDB.ReplicaSet != "onprem" {
+		t.Fatalf("replica set %q, err %v", c.MongoDB.ReplicaSet, err)
+	}
+	delete(vars, "MONGODB_REPLICA_SET")
+	if c, err := FromEnv(func(k string) string { return vars[k] }); err != nil || c.MongoDB.ReplicaSet != "" {
+		t.Fatalf("without MONGODB_REPLICA_SET: replica set %q, err %v", c.MongoDB.ReplicaSet, err)
+	}
+}
+
 // Against real Redis, PostgreSQL, RabbitMQ and FerretDB with per-service
 // users: Ready, records written to and read back from both databases
 // (also by a new process), a migration recorded, a failing migration, and

@@ -35,6 +35,10 @@ func newMongo(_ context.Context, e *Endpoint) (*mongoStore, error) {
 		// when one fails: 3 s made a node busy with every pod restarting
 		// fail the requests in flight on healthy connections too.
 		SetConnectTimeout(10 * time.Second)
+	if e.ReplicaSet != "" {
+		// Writes follow the primary through a failover.
+		opts.SetReplicaSet(e.ReplicaSet)
+	}
 	c, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, fmt.Errorf("mongodb: %w", err)

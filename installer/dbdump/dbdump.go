@@ -109,6 +109,26 @@ const mongoAuth = MongoDBAuth + `cfg="$(mktemp)"; trap 'rm -f "$cfg"' EXIT
 printf 'password: "%s"\n' "$MONGO_INITDB_ROOT_PASSWORD" > "$cfg"
 `
 
+// mongoTarget sets the positional arguments to the tools' --host (and
+// --port) after the script's first argument (the database) is kept in
+// $db: the server itself; or, where the chart set MONGODB_REPLICA_SET
+// (high availability), the replica set seeded by it, where a restore
+// reaches the primary and a dump reads from a secondary when one is
+// there (readPreference, given as the tools' flag when it is a dump).
+func mongoTarget(dump bool) string {
+	read := ""
+	if dump {
+		read = " --readPreference secondaryPreferred"
+	}
+	return `db="$1"
+if [ -n "${MONGODB_REPLICA_SET:-}" ]; then
+  set -- --host "$MONGODB_REPLICA_SET/$host:$port"` + read + `
+else
+  set -- --host "$host" --port "$port"
+fi
+`
+}
+
 // script returns sh -c SCRIPT with positional arguments.
 func script(body string, args ...string) []string {
 	return append([]string{"sh", "-c", "set -eu\n" + body, "onprem"}, args...)
@@ -144,9 +164,9 @@ func DumpCommand(engine, db string) ([]string, error) {
 	}
 	switch engine {
 	case MongoDB:
-		return script(e.address()+"\n"+mongoAuth+
-			`mongodump --host "$host" --port "$port" --username "$MONGO_INITDB_ROOT_USERNAME" --authenticationDatabase admin \
-  --config "$cfg" --db "$1" --gzip --archive --quiet
+		return script(e.address()+"\n"+mongoAuth+mongoTarget(true)+
+			`mongodump "$@" --username "$MONGO_INITDB_ROOT_USERNAME" --authenticationDatabase admin \
+  --config "$cfg" --db "$db" --gzip --archive --quiet
 `, db), nil
 	case PostgreSQL:
 		return script(e.address()+"\n"+PostgreSQLAuth+
@@ -172,9 +192,9 @@ func RestoreCommand(engine, db string) ([]string, error) {
 	}
 	switch engine {
 	case MongoDB:
-		return script(e.address()+"\n"+mongoAuth+
-			`mongorestore --host "$host" --port "$port" --username "$MONGO_INITDB_ROOT_USERNAME" --authenticationDatabase admin \
-  --config "$cfg" --nsInclude "$1.*" --drop --gzip --archive --quiet
+		return script(e.address()+"\n"+mongoAuth+mongoTarget(false)+
+			`mongorestore "$@" --username "$MONGO_INITDB_ROOT_USERNAME" --authenticationDatabase admin \
+  --config "$cfg" --nsInclude "$db.*" --drop --gzip --archive --quiet
 `, db), nil
 	case PostgreSQL:
 		return script(e.address()+"\n"+PostgreSQLAuth+

@@ -254,13 +254,20 @@ func migrationJob(dep *unstructured.Unstructured, m release.Migration, timeout t
 // most) until the server answers this pod (pg_isready needs the user and
 // database: without them, in a container with no user of its UID, it
 // makes no attempt at all); mongodump's driver retries by itself for its
-// server selection timeout (30 s).
+// server selection timeout (30 s). With MONGODB_REPLICA_SET (high
+// availability) mongodump reads the replica set's primary: the data as the
+// migration will find it.
 var backupScripts = map[string]string{
 	"mongodb": `set -eu
 mkdir -p "$(dirname "$BACKUP_FILE")"
 cfg="$(mktemp)"
 printf 'password: "%s"\n' "$MONGODB_PASSWORD" > "$cfg"
-mongodump --host "$MONGODB_HOST" --port "$MONGODB_PORT" --username "$MONGODB_USERNAME" \
+if [ -n "${MONGODB_REPLICA_SET:-}" ]; then
+  set -- --host "$MONGODB_REPLICA_SET/$MONGODB_HOST:$MONGODB_PORT"
+else
+  set -- --host "$MONGODB_HOST" --port "$MONGODB_PORT"
+fi
+mongodump "$@" --username "$MONGODB_USERNAME" \
   --authenticationDatabase "$MONGODB_DATABASE" --db "$MONGODB_DATABASE" \
   --config "$cfg" --gzip --archive="$BACKUP_FILE.partial"
 rm -f "$cfg"

@@ -41,8 +41,12 @@ function connect() {
     host = '[' + host + ']';
   }
   const tls = String(process.env.MONGODB_TLS || '').toLowerCase() === 'true';
+  // MONGODB_REPLICA_SET (high availability, set on the members): the
+  // user is changed on the set's primary, wherever this runs.
+  const replicaSet = process.env.MONGODB_REPLICA_SET || '';
   const uri = 'mongodb://' + host + ':' + env('MONGODB_PORT') +
-    '/admin?serverSelectionTimeoutMS=5000&connectTimeoutMS=5000' + (tls ? '&tls=true' : '');
+    '/admin?serverSelectionTimeoutMS=5000&connectTimeoutMS=5000' + (tls ? '&tls=true' : '') +
+    (replicaSet ? '&replicaSet=' + encodeURIComponent(replicaSet) : '');
   const conn = new Mongo(uri);
   conn.getDB('admin').auth(env('MONGODB_ADMIN_USERNAME'), env('MONGODB_ADMIN_PASSWORD'));
   return conn;

@@ -77,8 +77,12 @@ function connect() {
   const port = env('MONGODB_PORT');
   const tls = String(process.env.MONGODB_TLS || '').toLowerCase() === 'true';
   const where = host + ':' + port;
+  // MONGODB_REPLICA_SET (high availability): the host is a seed of the
+  // set, and the writes go to its primary (mongosh would otherwise talk to
+  // the one host it was given).
+  const replicaSet = process.env.MONGODB_REPLICA_SET || '';
   const uri = 'mongodb://' + where + '/admin?serverSelectionTimeoutMS=5000&connectTimeoutMS=5000' +
-    (tls ? '&tls=true' : '');
+    (tls ? '&tls=true' : '') + (replicaSet ? '&replicaSet=' + encodeURIComponent(replicaSet) : '');
   let lastError = null;
   for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
     try {

@@ -81,6 +81,11 @@ operator's Secret too.
   value: {{ required (printf "global.databases.%s.host is required" .db) $d.host | toString | quote }}
 - name: {{ .port }}
   value: {{ required (printf "global.databases.%s.port is required" .db) $d.port | toString | quote }}
+{{- with $d.replicaSet }}
+# MongoDB's replica set (high availability): the script finds the primary.
+- name: MONGODB_REPLICA_SET
+  value: {{ . | toString | quote }}
+{{- end }}
 {{- end }}
 - name: {{ .username }}
   valueFrom:

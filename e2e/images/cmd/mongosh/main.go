@@ -17,7 +17,8 @@
 //   - the services, one per line, in /etc/onprem/db-provision/mongodb-services;
 //   - each service's user, password and database in
 //     /var/run/onprem/mongodb/<service>/{username,password,database};
-//   - MONGODB_HOST, MONGODB_PORT, MONGODB_TLS ("true": TLS), and the admin's
+//   - MONGODB_HOST, MONGODB_PORT, MONGODB_TLS ("true": TLS),
+//     MONGODB_REPLICA_SET (the host is a seed of that set), and the admin's
 //     MONGODB_ADMIN_USERNAME and MONGODB_ADMIN_PASSWORD (authSource admin);
 //   - ONPREM_SERVICES_FILE and ONPREM_SECRETS_DIR, when set, in place of the
 //     two paths above (onprem rotate credentials).

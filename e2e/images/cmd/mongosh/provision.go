@@ -122,6 +122,10 @@ func (p *provisioner) connect(ctx context.Context) (*mongo.Client, error) {
 	if strings.EqualFold(p.getenv("MONGODB_TLS"), "true") {
 		opts.SetTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12})
 	}
+	// As the scripts: the host is a seed of this replica set.
+	if rs := p.getenv("MONGODB_REPLICA_SET"); rs != "" {
+		opts.SetReplicaSet(rs)
+	}
 	var last error
 	for attempt := 1; attempt <= p.attempts; attempt++ {
 		client, err := mongo.Connect(opts)

@@ -1,0 +1,78 @@
+package dbdump
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The MongoDB tools reach the server itself, or, where the chart set
+// MONGODB_REPLICA_SET (high availability), the replica set seeded by it:
+// restores go to the primary, dumps read from a secondary when one is
+// there. The scripts run in sh with stand-ins for the tools that print
+// the arguments they were given.
+func TestMongoDBToolsFollowTheReplicaSet(t *testing.T) {
+	dir := t.TempDir()
+	admin := filepath.Join(dir, "admin")
+	if err := os.MkdirAll(admin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, value := range map[string]string{"username": "root", "password": "s3cret-admin"} {
+		if err := os.WriteFile(filepath.Join(admin, name), []byte(value), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{"mongodump", "mongorestore"} {
+		if err := os.WriteFile(filepath.Join(bin, tool), []byte("#!/bin/sh\necho "+tool+" \"$@\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(cmd []string, replicaSet string) string {
+		t.Helper()
+		c := exec.Command(cmd[0], cmd[1:]...)
+		c.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "ONPREM_MONGO_ADMIN_DIR=" + admin, "TMPDIR=" + dir}
+		if replicaSet != "" {
+			c.Env = append(c.Env, "MONGODB_REPLICA_SET="+replicaSet)
+		}
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+		if strings.Contains(string(out), "s3cret-admin") {
+			t.Errorf("the admin's password is on the command line: %s", out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	dump, err := DumpCommand(MongoDB, "pipelines_api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore, err := RestoreCommand(MongoDB, "pipelines_api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, replicaSet string
+		cmd              []string
+		want, not        string
+	}{
+		{"dump of a server", "", dump, "mongodump --host 127.0.0.1 --port 27017 --username root --authenticationDatabase admin", "readPreference"},
+		{"restore to a server", "", restore, "mongorestore --host 127.0.0.1 --port 27017 --username root", "readPreference"},
+		{"dump of a replica set", "onprem", dump, "mongodump --host onprem/127.0.0.1:27017 --readPreference secondaryPreferred --username root", "--port"},
+		{"restore to a replica set", "onprem", restore, "mongorestore --host onprem/127.0.0.1:27017 --username root", "readPreference"},
+	} {
+		got := run(tc.cmd, tc.replicaSet)
+		if !strings.HasPrefix(got, tc.want) || strings.Contains(got, tc.not) {
+			t.Errorf("%s: %s\nwant it to begin with %s, without %s", tc.name, got, tc.want, tc.not)
+		}
+		if !strings.Contains(got, "pipelines_api") {
+			t.Errorf("%s: %s: the database is not named", tc.name, got)
+		}
+	}
+}
