@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"onprem.dev/onprem/e2e/testservers"
 )
 
 // TestMongoDBHighAvailability: with global.availability high the mongodb
@@ -75,17 +77,15 @@ func TestMongoDBHighAvailability(t *testing.T) {
 			t.Errorf("script lacks %q", want)
 		}
 	}
-	// The script is valid JavaScript (mongosh runs it on Node.js).
-	if node, err := exec.LookPath("node"); err == nil {
-		f := filepath.Join(t.TempDir(), "replica-set.js")
-		if err := os.WriteFile(f, []byte(script), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command(node, "--check", f).CombinedOutput(); err != nil {
-			t.Errorf("node --check: %v: %s", err, out)
-		}
-	} else if os.Getenv("ONPREM_SKIP_NODE") == "" {
-		t.Fatalf("node (Node.js) is needed to check the replica set script: %v (ONPREM_SKIP_NODE=1 skips the check)", err)
+	// The script is valid JavaScript (mongosh runs it on Node.js, which
+	// the test installs from Debian when the machine lacks it).
+	node := testservers.EnsurePackage(t, "nodejs", "node")
+	f := filepath.Join(t.TempDir(), "replica-set.js")
+	if err := os.WriteFile(f, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(node, "--check", f).CombinedOutput(); err != nil {
+		t.Errorf("node --check: %v: %s", err, out)
 	}
 	// The same members make the same Job; another member count another.
 	five := infraMustRender(t, "mongodb", valuesOf(t, ha+"\nha: {replicas: 5}"))
