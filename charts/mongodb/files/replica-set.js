@@ -110,7 +110,9 @@ function survey(host) {
   }
   if (hello.setName !== undefined && hello.setName !== SET) {
     throw new Error(host + ' is a member of replica set ' + JSON.stringify(hello.setName) +
-      ', not ' + JSON.stringify(SET) + ': its volume holds another set; the Job changes nothing');
+      ', not ' + JSON.stringify(SET) + ': its volume holds another set; the Job changes nothing. ' +
+      'Fix: restore that member\'s volume from a backup, or delete the pod and its claim (data-' + host.split('.')[0] +
+      ') so that it starts empty and copies the set, then run onprem install again');
   }
   return {
     host: host,
@@ -142,7 +144,8 @@ function waitFor(what, check) {
     }
     attempt++;
     if (Date.now() > deadline) {
-      throw new Error('gave up after ' + Math.round(WAIT_MS / 1000) + ' s waiting for ' + what);
+      throw new Error('gave up after ' + Math.round(WAIT_MS / 1000) + ' s waiting for ' + what +
+        ': see which member is not running (onprem status, onprem doctor), bring it back, then run onprem install again');
     }
     if (attempt % 10 === 1) {
       log('waiting for ' + what);
