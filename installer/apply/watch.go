@@ -2,6 +2,7 @@ package apply
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -63,7 +64,6 @@ type nsLook struct {
 	mu   sync.Mutex
 	at   time.Time
 	objs *nsObjects
-	err  error
 }
 
 // nsObjects are one namespace's objects as last listed.
@@ -76,7 +76,14 @@ func newObserver(c kubernetes.Interface) *observer {
 	return &observer{client: c, every: watchEvery, spaces: map[string]*nsLook{}}
 }
 
-// objects returns the namespace's objects, listed at most every ago.
+// objects returns the namespace's objects, listed at most every ago. Only
+// a list that succeeded is kept: a failed one (a caller's wait that ended
+// mid-list cancels its own list; the API server busy for a moment) is
+// tried again by the next caller, never handed to the other components
+// waiting in the namespace. (Kept, one component's end cancelled the list
+// that a component starting beside it then read as its first look, and
+// that component was waited on with no watcher: the kind e2e saw an image
+// the registry refused waited on for the whole timeout.)
 func (ob *observer) objects(ctx context.Context, ns string) (*nsObjects, error) {
 	ob.mu.Lock()
 	l := ob.spaces[ns]
@@ -87,12 +94,15 @@ func (ob *observer) objects(ctx context.Context, ns string) (*nsObjects, error) 
 	ob.mu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.at.IsZero() && time.Since(l.at) < ob.every {
-		return l.objs, l.err
+	if l.objs != nil && time.Since(l.at) < ob.every {
+		return l.objs, nil
 	}
-	l.objs, l.err = listNamespace(ctx, ob.client, ns)
-	l.at = time.Now()
-	return l.objs, l.err
+	objs, err := listNamespace(ctx, ob.client, ns)
+	if err != nil {
+		return nil, err
+	}
+	l.objs, l.at = objs, time.Now()
+	return objs, nil
 }
 
 // refresh makes the next objects call of every namespace list anew.
@@ -182,30 +192,43 @@ type watcher struct {
 	ob        *observer
 	restarts  fault.Restarts
 	// before holds the events of the namespaces as they were when the
-	// apply began: an event counts when it is new or happened again.
+	// apply began: an event counts when it is new or happened again. It
+	// is nil until a first look succeeded (prime).
 	before map[types.UID]eventMark
 }
 
 // newWatcher looks at the component's namespaces once, before anything is
 // applied, to know which events are old. It returns nil when the component
-// has no pods to watch or its namespaces cannot be read (the wait then
-// is Helm's alone).
+// has no pods to watch (the wait then is Helm's alone). A first look that
+// fails does not leave the component unwatched: the watcher takes its
+// first successful look instead (events up to then count as old, which
+// only hides a repeated event's evidence: a pod's own status still tells
+// its fault).
 func newWatcher(ctx context.Context, ob *observer, c *render.Component, namespace string) *watcher {
-	w := &watcher{component: c.Name, work: workloads(c, namespace), ob: ob, before: map[types.UID]eventMark{}}
+	w := &watcher{component: c.Name, work: workloads(c, namespace), ob: ob}
 	if len(w.work) == 0 {
 		return nil
 	}
+	w.prime(ctx)
+	return w
+}
+
+// prime records the events of the component's namespaces as old; it
+// returns false (and records nothing) when a namespace cannot be read.
+func (w *watcher) prime(ctx context.Context) bool {
+	before := map[types.UID]eventMark{}
 	for _, ns := range w.namespaces() {
-		objs, err := ob.objects(ctx, ns)
+		objs, err := w.ob.objects(ctx, ns)
 		if err != nil {
-			return nil
+			return false
 		}
 		for i := range objs.Events {
 			e := &objs.Events[i]
-			w.before[e.UID] = mark(e)
+			before[e.UID] = mark(e)
 		}
 	}
-	return w
+	w.before = before
+	return true
 }
 
 func mark(e *corev1.Event) eventMark {
@@ -220,6 +243,9 @@ func (w *watcher) fresh(e *corev1.Event) bool {
 	m, ok := w.before[e.UID]
 	return !ok || m != mark(e)
 }
+
+// errNotPrimed: the watcher could not yet read its namespaces.
+var errNotPrimed = errors.New("the component's namespaces could not be read yet")
 
 func (w *watcher) namespaces() []string {
 	var out []string
@@ -261,6 +287,9 @@ func (p progress) line() string {
 // look judges the component's current pods and controllers.
 func (w *watcher) look(ctx context.Context) (progress, error) {
 	var p progress
+	if w.before == nil && !w.prime(ctx) {
+		return p, errNotPrimed
+	}
 	for _, ns := range w.namespaces() {
 		objs, err := w.ob.objects(ctx, ns)
 		if err != nil {
