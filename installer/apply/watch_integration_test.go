@@ -305,3 +305,45 @@ func podOf(t *testing.T, c *testcluster.Cluster, ns string) *corev1.Pod {
 	t.Fatalf("no pod in %s", ns)
 	return nil
 }
+
+// A rollback starts a Job of the revision it returns to and does not wait
+// for it to finish (that revision ran the same Job before): rev 1's Job
+// here never completes, and the rollback to it still returns
+// within seconds, not at its bound.
+func TestRollbackStartsJobsWithoutWaiting(t *testing.T) {
+	c := testcluster.Start(t)
+	ctx := context.Background()
+	const ns = "rollback-job"
+	rel := NewHelmReleases(getter(c), ns, nil)
+	// Revision 1: a Job whose pod never runs to its end (it waits for a
+	// node with room; applied with a short bound, its release is failed,
+	// as a rollback target may be).
+	running := faultComponent(t, ns, faultCase{job: true, pod: func(s *corev1.PodSpec) {
+		s.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000000")}
+	}})
+	if _, err := Apply(ctx, Options{Getter: getter(c), Client: c.Client, Result: running, Timeout: 5 * time.Second}); err == nil {
+		t.Fatal("a Job that never completes was applied as ready")
+	}
+	// Revision 2: another Job (another name, as a changed spec's hash
+	// makes it), which completes.
+	done := faultComponent(t, ns, faultCase{job: true})
+	done.Components[0].Objects[0].SetName("web-provision-2")
+	if _, err := Apply(ctx, Options{Getter: getter(c), Client: c.Client, Result: done, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	const bound = time.Minute
+	t0 := time.Now()
+	rev, err := rel.Rollback(ctx, "web", 1, bound)
+	took := time.Since(t0)
+	if err != nil {
+		t.Fatalf("rollback to the revision of a running Job: %v (after %s)", err, took.Round(100*time.Millisecond))
+	}
+	if rev != 3 || took > 30*time.Second {
+		t.Fatalf("rollback: revision %d after %s (want 3, well before its bound of %s)", rev, took.Round(100*time.Millisecond), bound)
+	}
+	j, err := c.Client.BatchV1().Jobs(ns).Get(ctx, "web-provision", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the rollback did not start revision 1's Job again: %v", err)
+	}
+	t.Logf("rolled back in %s; Job %s active %d, succeeded %d", took.Round(100*time.Millisecond), j.Name, j.Status.Active, j.Status.Succeeded)
+}
