@@ -482,19 +482,33 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 	slices.Sort(names)
 	// What each release is now: whether it moved, and whether its
 	// objects hold their dependents back.
+	// Read at once, not one after the other: each is a list of the
+	// release's history, and the rollback waits for all of them.
 	lasts := make(map[string]*apply.ReleaseInfo, len(names))
 	lastErrs := map[string]error{}
 	holds := map[string]bool{}
+	var readMu sync.Mutex
+	var reads sync.WaitGroup
+	readSlots := make(chan struct{}, apply.DefaultConcurrency)
 	for _, name := range names {
-		last, lerr := rel.Last(ctx, name)
-		if lerr != nil {
-			lastErrs[name] = fmt.Errorf("%s: %w", name, lerr)
-			holds[name] = true
-			continue
-		}
-		lasts[name] = last
-		holds[name] = last == nil || holdsDependents(last.Manifest)
+		reads.Add(1)
+		go func() {
+			defer reads.Done()
+			readSlots <- struct{}{}
+			defer func() { <-readSlots }()
+			last, lerr := rel.Last(ctx, name)
+			h := lerr != nil || last == nil || holdsDependents(last.Manifest)
+			readMu.Lock()
+			defer readMu.Unlock()
+			holds[name] = h
+			if lerr != nil {
+				lastErrs[name] = fmt.Errorf("%s: %w", name, lerr)
+				return
+			}
+			lasts[name] = last
+		}()
 	}
+	reads.Wait()
 	type outcome struct {
 		rolled, kept bool
 		newRev       int
