@@ -448,29 +448,36 @@ func RollbackTimeout(took, timeout time.Duration) time.Duration {
 	return min(timeout, max(RollbackFloor, took+took/2))
 }
 
+// Settler is what a Releases may also do (apply.HelmReleases does): wait
+// until a component's objects are ready, changing nothing.
+type Settler interface {
+	Ready(ctx context.Context, name string, timeout time.Duration) error
+}
+
 // RollBack returns every component whose release is no longer at its
 // revision in before (upgraded, failed, or retired since) to that
 // revision, and updates the components' records. Components that did not
 // exist before (revision 0) are left as they are: a rollback never
 // uninstalls.
 //
-// The components go by dependency level, as an install does: those of
-// one level are rolled back at once (at most apply.DefaultConcurrency),
-// and each rollback waits for its component to be ready before the next
-// level begins, so that a service is restored after the database it
-// connects to: a database restarted by its own rollback cannot leave
-// already restored services unready behind it. Only such components
-// order a rollback (see holdsDependents): a stateless dependency (a
-// Deployment rolled with no pod down, a provisioning Job whose logins the
-// previous revision's services already have) is passed through to what it
-// depends on, so a service, its UI and the provisioning Job go back side
-// by side once the databases are back.
+// Only components that hold their dependents (see holdsDependents: a
+// database's StatefulSet stops its pod before it starts the replacement)
+// order a rollback. A database goes back after the databases it depends
+// on; a component that runs once to its end (the provisioning Job) starts
+// once the databases it reaches are back, as it needs them to run. A
+// service goes back at once, beside the databases it reaches: its new
+// pods start while the database restarts and are ready once it answers.
+// A service that was ready before a database it reaches was (it could
+// not see that database go down) is waited for once more after it, so
+// that the rollback ends with every component ready. Without a Settler
+// to wait again with, services too wait for their databases first.
 //
 // Each rollback waits at most RollbackTimeout of what the component's
-// last apply took (the state's record) and timeout, and says how long it
-// took. A failed rollback is reported and the others go on. It returns
-// the components rolled back and those left, level by level and in name
-// order within a level.
+// last apply took (the state's record) and timeout; a service that goes
+// back beside its databases gets their bound on top of its own. Each
+// says how long it took. A failed rollback is reported and the others go
+// on. It returns the components rolled back and those left, in
+// dependency order (levels, name order within a level).
 func RollBack(ctx context.Context, rel Releases, st *state.State, before map[string]int, timeout time.Duration, progress io.Writer) (rolled, kept []string, err error) {
 	if progress == nil {
 		progress = io.Discard
@@ -481,12 +488,13 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 	}
 	slices.Sort(names)
 	// What each release is now: whether it moved, and whether its
-	// objects hold their dependents back.
-	// Read at once, not one after the other: each is a list of the
-	// release's history, and the rollback waits for all of them.
+	// objects hold their dependents back. Read at once, not one after
+	// the other: each is a list of the release's history, and the
+	// rollback waits for all of them.
 	lasts := make(map[string]*apply.ReleaseInfo, len(names))
 	lastErrs := map[string]error{}
 	holds := map[string]bool{}
+	once := map[string]bool{}
 	var readMu sync.Mutex
 	var reads sync.WaitGroup
 	readSlots := make(chan struct{}, apply.DefaultConcurrency)
@@ -498,9 +506,10 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 			defer func() { <-readSlots }()
 			last, lerr := rel.Last(ctx, name)
 			h := lerr != nil || last == nil || holdsDependents(last.Manifest)
+			o := last != nil && runsOnce(last.Manifest)
 			readMu.Lock()
 			defer readMu.Unlock()
-			holds[name] = h
+			holds[name], once[name] = h, o
 			if lerr != nil {
 				lastErrs[name] = fmt.Errorf("%s: %w", name, lerr)
 				return
@@ -509,78 +518,166 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 		}()
 	}
 	reads.Wait()
+
+	deps := holderDeps(names, st, holds)
+	order := slices.Concat(dependencyLevels(names, deps)...)
+	settler, settles := rel.(Settler)
+	// besides: goes back beside the databases it reaches, not after them.
+	besides := func(n string) bool { return settles && !holds[n] && !once[n] && len(deps[n]) > 0 }
+	bound := map[string]time.Duration{}
+	for _, n := range order {
+		b := RollbackTimeout(st.Components[n].Took, timeout)
+		if besides(n) {
+			var most time.Duration
+			for _, d := range deps[n] {
+				most = max(most, bound[d])
+			}
+			b += most
+		}
+		bound[n] = b
+	}
+
 	type outcome struct {
 		rolled, kept bool
 		newRev       int
 		digest       string
 		err          error
+		ended        time.Time
 	}
-	var errs []error
+	results := make(map[string]*outcome, len(names))
+	done := make(map[string]chan struct{}, len(names))
+	for _, n := range names {
+		results[n], done[n] = &outcome{}, make(chan struct{})
+	}
 	var outMu sync.Mutex
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(progress, format, args...)
+	}
+	// The databases take no slot: they are few, and everything else
+	// may wait for them.
 	slots := make(chan struct{}, apply.DefaultConcurrency)
-	for _, level := range rollbackLevels(names, st, holds) {
-		results := make([]outcome, len(level))
-		var wg sync.WaitGroup
-		for i, name := range level {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+	var wg sync.WaitGroup
+	for _, name := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done[name])
+			r := results[name]
+			defer func() { r.ended = time.Now() }()
+			if !besides(name) {
+				for _, d := range deps[name] {
+					<-done[d]
+				}
+			}
+			if !holds[name] {
 				slots <- struct{}{}
 				defer func() { <-slots }()
-				r := &results[i]
-				if lerr := lastErrs[name]; lerr != nil {
-					r.err = lerr
-					return
+			}
+			if lerr := lastErrs[name]; lerr != nil {
+				r.err = lerr
+				return
+			}
+			rev, last := before[name], lasts[name]
+			if rev == 0 {
+				r.kept = last != nil
+				return
+			}
+			if last != nil && last.Deployed && last.Revision == rev {
+				return
+			}
+			wait := bound[name]
+			say("  rolling %s back to revision %d (waiting up to %s)\n", name, rev, wait.Round(time.Second))
+			t0 := time.Now()
+			r.newRev, r.err = rel.Rollback(ctx, name, rev, wait)
+			if r.err != nil {
+				return
+			}
+			r.rolled = true
+			say("  %s is back at revision %d, ready after %.1fs\n", name, rev, time.Since(t0).Seconds())
+			if info, ierr := rel.Last(ctx, name); ierr == nil && info != nil {
+				r.digest = info.Digest
+			}
+		}()
+	}
+	wg.Wait()
+
+	// A service that was ready before a database it reaches was back is
+	// waited for once more.
+	if settles {
+		var swg sync.WaitGroup
+		for _, name := range order {
+			r := results[name]
+			if !r.rolled || !besides(name) {
+				continue
+			}
+			var last string
+			var lastEnd time.Time
+			for _, d := range deps[name] {
+				if rd := results[d]; rd.rolled && rd.ended.After(lastEnd) {
+					last, lastEnd = d, rd.ended
 				}
-				rev, last := before[name], lasts[name]
-				if rev == 0 {
-					r.kept = last != nil
-					return
-				}
-				if last != nil && last.Deployed && last.Revision == rev {
-					return
-				}
-				wait := RollbackTimeout(st.Components[name].Took, timeout)
-				outMu.Lock()
-				fmt.Fprintf(progress, "  rolling %s back to revision %d (waiting up to %s)\n", name, rev, wait.Round(time.Second))
-				outMu.Unlock()
+			}
+			if last == "" || r.ended.After(lastEnd) {
+				continue
+			}
+			swg.Add(1)
+			go func() {
+				defer swg.Done()
 				t0 := time.Now()
-				r.newRev, r.err = rel.Rollback(ctx, name, rev, wait)
-				if r.err != nil {
+				if serr := settler.Ready(ctx, name, bound[name]); serr != nil {
+					r.err = fmt.Errorf("%s is back at revision %d but not ready again since %s is back: %w", name, before[name], last, serr)
 					return
 				}
-				r.rolled = true
-				outMu.Lock()
-				fmt.Fprintf(progress, "  %s is back at revision %d, ready after %.1fs\n", name, rev, time.Since(t0).Seconds())
-				outMu.Unlock()
-				if info, ierr := rel.Last(ctx, name); ierr == nil && info != nil {
-					r.digest = info.Digest
-				}
+				say("  %s is ready again since %s is back, after %.1fs more\n", name, last, time.Since(t0).Seconds())
 			}()
 		}
-		wg.Wait()
-		for i, name := range level {
-			r := results[i]
-			switch {
-			case r.err != nil:
-				errs = append(errs, r.err)
-			case r.kept:
-				kept = append(kept, name)
-			case r.rolled:
-				rolled = append(rolled, name)
-				if st.Components == nil {
-					st.Components = map[string]state.Component{}
-				}
-				c := st.Components[name]
-				c.Release, c.Revision, c.Status, c.UpdatedAt = name, r.newRev, "rolled back to revision "+fmt.Sprint(before[name]), time.Now().UTC()
-				if r.digest != "" {
-					c.Digest = r.digest
-				}
-				st.Components[name] = c
+		swg.Wait()
+	}
+
+	var errs []error
+	for _, name := range order {
+		r := results[name]
+		if r.err != nil {
+			errs = append(errs, r.err)
+		}
+		switch {
+		case r.kept:
+			kept = append(kept, name)
+		case r.rolled:
+			rolled = append(rolled, name)
+			if st.Components == nil {
+				st.Components = map[string]state.Component{}
 			}
+			c := st.Components[name]
+			c.Release, c.Revision, c.Status, c.UpdatedAt = name, r.newRev, "rolled back to revision "+fmt.Sprint(before[name]), time.Now().UTC()
+			if r.digest != "" {
+				c.Digest = r.digest
+			}
+			st.Components[name] = c
 		}
 	}
 	return rolled, kept, errors.Join(errs...)
+}
+
+// runsOnce says whether a component's objects run once to their end: a
+// Job and no pod controller that keeps running.
+func runsOnce(manifest string) bool {
+	objs, err := diff.Objects(manifest)
+	if err != nil {
+		return false
+	}
+	job := false
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Job":
+			job = true
+		case "Deployment", "StatefulSet", "DaemonSet":
+			return false
+		}
+	}
+	return job
 }
 
 // holdsDependents says whether a component's objects (a release
@@ -603,12 +700,11 @@ func holdsDependents(manifest string) bool {
 	return false
 }
 
-// rollbackLevels orders names for a rollback: each comes after the
-// components it depends on that hold their dependents (holds; the others
-// are passed through to their own dependencies, in the state's record).
-// Dependencies outside names are passed through too, as they are not
-// rolled back.
-func rollbackLevels(names []string, st *state.State, holds map[string]bool) [][]string {
+// holderDeps returns, for each of names, the components it depends on
+// that hold their dependents (holds); the others are passed through to
+// their own dependencies, in the state's record. Dependencies outside
+// names are passed through too, as they are not rolled back.
+func holderDeps(names []string, st *state.State, holds map[string]bool) map[string][]string {
 	in := map[string]bool{}
 	for _, n := range names {
 		in[n] = true
@@ -632,7 +728,13 @@ func rollbackLevels(names []string, st *state.State, holds map[string]bool) [][]
 		}
 		walk(n)
 	}
-	return dependencyLevels(names, deps)
+	return deps
+}
+
+// rollbackLevels orders names for a rollback: each comes after the
+// components it depends on that hold their dependents (holderDeps).
+func rollbackLevels(names []string, st *state.State, holds map[string]bool) [][]string {
+	return dependencyLevels(names, holderDeps(names, st, holds))
 }
 
 // dependencyLevels groups names so that each comes in a later level than

@@ -345,3 +345,100 @@ func TestRunJobFailsAtOnceOnAnImageTheRegistryDoesNotHave(t *testing.T) {
 		t.Errorf("failed after %s", took)
 	}
 }
+
+// settlingReleases can also wait for a component to be ready again.
+type settlingReleases struct {
+	*fakeReleases
+	mu       sync.Mutex
+	settled  []string
+	failWith error
+}
+
+func (s *settlingReleases) Ready(_ context.Context, name string, _ time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settled = append(s.settled, name)
+	return s.failWith
+}
+
+// With releases that can wait again, a service goes back beside the
+// database it reaches (its Rollback begins before the database's ends),
+// with the database's bound on top of its own; the provisioning Job still
+// starts only once the database is back; and the service, ready before
+// the database was, is waited for once more, so the rollback ends with
+// it ready.
+func TestRollBackTakesServicesBackBesideTheirDatabases(t *testing.T) {
+	const (
+		statefulSet = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: x\n"
+		job         = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: x\n"
+		deployment  = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n"
+	)
+	manifests := map[string]string{"mongodb": statefulSet, "db-provision": job, "gitops-api": deployment, "broadcaster": deployment}
+	newFixture := func() (*settlingReleases, *state.State, map[string]int, *sync.Map) {
+		last := map[string]*apply.ReleaseInfo{}
+		before := map[string]int{}
+		for n, m := range manifests {
+			last[n] = &apply.ReleaseInfo{Revision: 4, Deployed: true, Manifest: m}
+			before[n] = 3
+		}
+		st := &state.State{Components: map[string]state.Component{
+			"mongodb":      {Took: 40 * time.Second},
+			"db-provision": {DependsOn: []string{"mongodb"}},
+			"gitops-api":   {DependsOn: []string{"db-provision"}, Took: 20 * time.Second},
+		}}
+		var events sync.Map // name+":began" / name+":ended" -> struct{}
+		gitopsBegan := make(chan struct{})
+		f := &fakeReleases{last: last, during: func(name string) {
+			events.Store(name+":began", struct{}{})
+			switch name {
+			case "gitops-api":
+				close(gitopsBegan)
+			case "mongodb":
+				select {
+				case <-gitopsBegan:
+				case <-time.After(10 * time.Second):
+					t.Error("gitops-api's rollback did not begin while MongoDB's was under way")
+				}
+				time.Sleep(50 * time.Millisecond) // gitops-api is ready first
+				events.Store("mongodb:ended", struct{}{})
+			case "db-provision":
+				if _, ok := events.Load("mongodb:ended"); !ok {
+					t.Error("the provisioning Job began before MongoDB was back")
+				}
+			}
+		}}
+		return &settlingReleases{fakeReleases: f}, st, before, &events
+	}
+
+	rel, st, before, _ := newFixture()
+	var progress strings.Builder
+	rolled, _, err := RollBack(context.Background(), rel, st, before, 5*time.Minute, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"broadcaster", "mongodb", "db-provision", "gitops-api"}; !slices.Equal(rolled, want) {
+		t.Errorf("rolled back %v, want %v", rolled, want)
+	}
+	// gitops-api's own bound (30 s, the floor) and MongoDB's (60 s).
+	if w := rel.waits["gitops-api"]; w != 90*time.Second {
+		t.Errorf("gitops-api waited up to %s, want 1m30s (its own 30s and MongoDB's 60s)", w)
+	}
+	if !slices.Equal(rel.settled, []string{"gitops-api"}) {
+		t.Errorf("waited again for %v, want gitops-api alone (broadcaster reaches no database of this rollback; the Job ran after MongoDB)", rel.settled)
+	}
+	if !strings.Contains(progress.String(), "gitops-api is ready again since mongodb is back") {
+		t.Errorf("the progress does not say gitops-api was waited for again:\n%s", progress.String())
+	}
+
+	// Not ready again: the rollback says so, naming the component and
+	// the database.
+	rel, st, before, _ = newFixture()
+	rel.failWith = errors.New("context deadline exceeded")
+	rolled, _, err = RollBack(context.Background(), rel, st, before, 5*time.Minute, nil)
+	if err == nil || !strings.Contains(err.Error(), "gitops-api is back at revision 3 but not ready again since mongodb is back") {
+		t.Errorf("err = %v", err)
+	}
+	if !slices.Contains(rolled, "gitops-api") {
+		t.Errorf("gitops-api is back at its revision and must be listed as rolled back: %v", rolled)
+	}
+}

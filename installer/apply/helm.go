@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+	"strings"
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
@@ -400,6 +401,38 @@ func (h *HelmReleases) Rollback(ctx context.Context, name string, revision int, 
 		return 0, fmt.Errorf("rolling %s back: the release is gone", name)
 	}
 	return last.Revision, nil
+}
+
+// Ready waits until the objects of a component's last release are ready
+// (Helm's own wait, kstatus; Jobs count once started), at most timeout. A
+// rollback uses it to see a service ready again once the databases it
+// reaches are back. A component with no release is ready.
+func (h *HelmReleases) Ready(ctx context.Context, name string, timeout time.Duration) error {
+	manifest, err := h.Manifest(ctx, name)
+	if err != nil || manifest == "" {
+		return err
+	}
+	cfg, err := h.config()
+	if err != nil {
+		return err
+	}
+	objs, err := cfg.KubeClient.Build(strings.NewReader(manifest), false)
+	if err != nil {
+		return fmt.Errorf("reading %s's objects: %w", name, err)
+	}
+	var w kube.Waiter
+	if c, ok := cfg.KubeClient.(kube.InterfaceWaitOptions); ok {
+		w, err = c.GetWaiterWithOptions(kube.StatusWatcherStrategy, waitOptions(ctx)...)
+	} else {
+		w, err = cfg.KubeClient.GetWaiter(kube.StatusWatcherStrategy)
+	}
+	if err != nil {
+		return err
+	}
+	if err := w.Wait(objs, timeout); err != nil {
+		return fmt.Errorf("waiting for %s to be ready: %w", name, err)
+	}
+	return nil
 }
 
 // Retire removes a component that its release dropped: its objects go,
