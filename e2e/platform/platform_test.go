@@ -278,16 +278,16 @@ func TestPlatform(t *testing.T) {
 				t.Logf("gitops-api: %s", strings.TrimSpace(line))
 			}
 		}
-		// Issue 37's goal is under 45 s. Measured on kind: 76.8, 80.0
-		// and 73.4 s while every dependency level was rolled back in
-		// turn; 53.0 s once only StatefulSets hold their dependents
-		// (the fault found 12.6 s after the apply, the 19 components
-		// back in 40.4 s: MongoDB 11 s, then the provisioning Job's
-		// re-run 17.7 s beside the services), measured with MongoDB
-		// probed every 2-5 s, since taken back to 5-10 s: expect a few
-		// seconds more. This holds the gain.
-		if took >= 100 {
-			t.Fatalf("from gitops-api's apply to the end of the rollback: %.1f s, want under 100 s (goal 45 s)\n%s", took, tailLines(stderr, 60))
+		// Issue 37's goal: under 45 s (it was 174 s, waiting out
+		// --timeout). Measured on kind: 73-80 s while every dependency
+		// level was rolled back in turn; 43-53 s once only StatefulSets
+		// held their dependents; 43.4 and 45.5 s with the provisioning
+		// Job no longer waited for (its re-run was 17.5 s of the
+		// rollback's 34); 33.8 s with services going back beside the
+		// databases (the fault found 10.3 s after the apply: the
+		// kubelet's first pull; the 19 components back in 23.1 s).
+		if took >= 45 {
+			t.Fatalf("from gitops-api's apply to the end of the rollback: %.1f s, want under 45 s\n%s", took, tailLines(stderr, 60))
 		}
 		// Doctor names the same cause. The upgrade's rollback removed the
 		// failing pod, so the same image is applied again at mid with
