@@ -213,21 +213,14 @@ func TestRollBackRollsOneLevelBackAtOnce(t *testing.T) {
 // once the databases are back every service, its UI and the Job go back
 // in one level, not in three.
 func TestRollBackWaitsOnlyForWhatHoldsDependents(t *testing.T) {
-	const (
-		statefulSet = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: x\n"
-		job         = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: x\n"
-		deployment  = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n---\napiVersion: v1\nkind: ConfigMap\ndata:\n  note: |\n    kind: StatefulSet\n"
-	)
+	// A Deployment whose ConfigMap mentions a StatefulSet in its data.
+	const deployment = deploymentManifest + "---\napiVersion: v1\nkind: ConfigMap\ndata:\n  note: |\n    kind: StatefulSet\n"
+	const statefulSet, job = statefulSetManifest, jobManifest
 	manifests := map[string]string{
 		"mongodb": statefulSet, "rabbitmq": statefulSet, "db-provision": job,
 		"gitops-api": deployment, "gitops-ui": deployment, "broadcaster": deployment,
 	}
-	last := map[string]*apply.ReleaseInfo{}
-	before := map[string]int{}
-	for n, m := range manifests {
-		last[n] = &apply.ReleaseInfo{Revision: 4, Deployed: true, Manifest: m}
-		before[n] = 3
-	}
+	last, before := releasesAt(manifests)
 	st := &state.State{Components: map[string]state.Component{
 		"db-provision": {DependsOn: []string{"mongodb"}},
 		"gitops-api":   {DependsOn: []string{"db-provision", "rabbitmq"}},
@@ -346,6 +339,25 @@ func TestRunJobFailsAtOnceOnAnImageTheRegistryDoesNotHave(t *testing.T) {
 	}
 }
 
+// Manifests of one object each, for a release's last revision.
+const (
+	statefulSetManifest = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: x\n"
+	jobManifest         = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: x\n"
+	deploymentManifest  = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n"
+)
+
+// releasesAt makes each release deployed at revision 4 with its manifest,
+// and before (what a rollback returns to) at 3.
+func releasesAt(manifests map[string]string) (map[string]*apply.ReleaseInfo, map[string]int) {
+	last := map[string]*apply.ReleaseInfo{}
+	before := map[string]int{}
+	for n, m := range manifests {
+		last[n] = &apply.ReleaseInfo{Revision: 4, Deployed: true, Manifest: m}
+		before[n] = 3
+	}
+	return last, before
+}
+
 // settlingReleases can also wait for a component to be ready again.
 type settlingReleases struct {
 	*fakeReleases
@@ -368,19 +380,9 @@ func (s *settlingReleases) Ready(_ context.Context, name string, _ time.Duration
 // the database was, is waited for once more, so the rollback ends with
 // it ready.
 func TestRollBackTakesServicesBackBesideTheirDatabases(t *testing.T) {
-	const (
-		statefulSet = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: x\n"
-		job         = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: x\n"
-		deployment  = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n"
-	)
-	manifests := map[string]string{"mongodb": statefulSet, "db-provision": job, "gitops-api": deployment, "broadcaster": deployment}
+	manifests := map[string]string{"mongodb": statefulSetManifest, "db-provision": jobManifest, "gitops-api": deploymentManifest, "broadcaster": deploymentManifest}
 	newFixture := func() (*settlingReleases, *state.State, map[string]int, *sync.Map) {
-		last := map[string]*apply.ReleaseInfo{}
-		before := map[string]int{}
-		for n, m := range manifests {
-			last[n] = &apply.ReleaseInfo{Revision: 4, Deployed: true, Manifest: m}
-			before[n] = 3
-		}
+		last, before := releasesAt(manifests)
 		st := &state.State{Components: map[string]state.Component{
 			"mongodb":      {Took: 40 * time.Second},
 			"db-provision": {DependsOn: []string{"mongodb"}},

@@ -59,6 +59,14 @@ func failPodLists(c *fake.Clientset, n int32) *atomic.Int32 {
 	return left
 }
 
+// watcherAfterFailedLists starts watching component web of stuckPlatform
+// while its next n pod lists fail.
+func watcherAfterFailedLists(ctx context.Context, n int32) *watcher {
+	c, comp := stuckPlatform()
+	failPodLists(c, n)
+	return newWatcher(ctx, newObserver(c), comp, "onprem")
+}
+
 // A list that failed is not handed to the next caller: it lists again,
 // even within the interval in which a good list is shared.
 func TestObserverKeepsOnlyListsThatSucceeded(t *testing.T) {
@@ -83,11 +91,8 @@ func TestObserverKeepsOnlyListsThatSucceeded(t *testing.T) {
 // A component whose first look fails is still watched: its next look
 // finds the fault that waiting cannot fix.
 func TestWatcherWhoseFirstLookFailedStillJudges(t *testing.T) {
-	c, comp := stuckPlatform()
-	failPodLists(c, 1)
-	ob := newObserver(c)
 	ctx := context.Background()
-	w := newWatcher(ctx, ob, comp, "onprem")
+	w := watcherAfterFailedLists(ctx, 1)
 	if w == nil {
 		t.Fatal("a component with a Deployment was left unwatched after a failed first look")
 	}
@@ -103,11 +108,8 @@ func TestWatcherWhoseFirstLookFailedStillJudges(t *testing.T) {
 // While a namespace cannot be read at all, a look says so (the wait goes
 // on, Helm's alone) rather than judging on nothing.
 func TestWatcherThatCannotReadWaits(t *testing.T) {
-	c, comp := stuckPlatform()
-	failPodLists(c, 2)
-	ob := newObserver(c)
 	ctx := context.Background()
-	w := newWatcher(ctx, ob, comp, "onprem")
+	w := watcherAfterFailedLists(ctx, 2)
 	if _, err := w.look(ctx); !errors.Is(err, errNotPrimed) {
 		t.Fatalf("look with an unreadable namespace: %v, want errNotPrimed", err)
 	}
