@@ -18,6 +18,7 @@ import (
 
 	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/installer/fault"
+	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 )
 
@@ -31,6 +32,9 @@ type faultCase struct {
 	// (backoffLimit 0) instead of a Deployment.
 	annotations map[string]string
 	job         bool
+	// one applies the component with ApplyOne, as runner and runtime
+	// install do, instead of Apply.
+	one bool
 	// pod changes the pod spec; prepare the namespace before the apply;
 	// during runs once the apply waits (the test plays the kubelet).
 	pod     func(*corev1.PodSpec)
@@ -163,6 +167,8 @@ func TestDefinitiveFaultsEndTheWait(t *testing.T) {
 			annotations: waitingFor("ErrImagePull", `rpc error: code = NotFound desc = failed to pull and unpack image "`+webImage+`": failed to resolve reference "`+webImage+`": `+webImage+`: not found`)},
 		{name: "image unauthorized", analyzer: fault.ImagePull, says: "the registry refuses access to it",
 			annotations: waitingFor("ImagePullBackOff", `Back-off pulling image "`+webImage+`": ErrImagePull: failed to authorize: failed to fetch anonymous token: unexpected status: 401 Unauthorized`)},
+		{name: "image not found, one component as runner and runtime install apply it", one: true, analyzer: fault.ImagePull, says: "the registry says it does not exist",
+			annotations: waitingFor("ErrImagePull", `rpc error: code = NotFound desc = failed to pull and unpack image "`+webImage+`": `+webImage+`: not found`)},
 		{name: "invalid image reference", analyzer: fault.ImagePull, says: "not a valid image name",
 			annotations: waitingFor("InvalidImageName", `Failed to apply default image tag "registry.example.com/onprem/web:": couldn't parse image name`)},
 		{name: "missing secret key", analyzer: fault.ConfigError, says: "couldn't find key password in Secret",
@@ -198,13 +204,20 @@ func TestDefinitiveFaultsEndTheWait(t *testing.T) {
 				fc.prepare(t, c, ns)
 			}
 			res := faultComponent(t, ns, fc)
-			rep, err := Apply(context.Background(), Options{Getter: getter(c), Client: c.Client, Result: res, Timeout: 3 * time.Minute})
+			var web ComponentResult
+			var err error
+			if fc.one {
+				web, err = ApplyOne(context.Background(), &kube.Cluster{Getter: getter(c), Client: c.Client}, res.Version, ns, res.Components[0], 3*time.Minute, nil)
+			} else {
+				var rep *Report
+				rep, err = Apply(context.Background(), Options{Getter: getter(c), Client: c.Client, Result: res, Timeout: 3 * time.Minute})
+				web, _ = rep.Component("web")
+			}
 			ended := time.Now()
 			var stuck *StuckError
 			if !errors.As(err, &stuck) {
 				t.Fatalf("err = %v, want a *StuckError", err)
 			}
-			web, _ := rep.Component("web")
 			if stuck.Fault.Analyzer != fc.analyzer || !stuck.Fault.Definitive || !strings.Contains(web.Error, fc.says) || !strings.Contains(web.Error, "fix: ") || web.Action != Failed {
 				t.Errorf("web = %+v\nfault = %+v", web, stuck.Fault)
 			}
