@@ -460,7 +460,7 @@ type Settler interface {
 // exist before (revision 0) are left as they are: a rollback never
 // uninstalls.
 //
-// Only components that hold their dependents (see holdsDependents: a
+// Only components that hold their dependents (see rollbackShape: a
 // database's StatefulSet stops its pod before it starts the replacement)
 // order a rollback. A database goes back after the databases it depends
 // on; a component that runs once to its end (the provisioning Job) starts
@@ -505,8 +505,10 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 			readSlots <- struct{}{}
 			defer func() { <-readSlots }()
 			last, lerr := rel.Last(ctx, name)
-			h := lerr != nil || last == nil || holdsDependents(last.Manifest)
-			o := last != nil && runsOnce(last.Manifest)
+			h, o := true, false
+			if lerr == nil && last != nil {
+				h, o = rollbackShape(last.Manifest)
+			}
 			readMu.Lock()
 			defer readMu.Unlock()
 			holds[name], once[name] = h, o
@@ -661,43 +663,31 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 	return rolled, kept, errors.Join(errs...)
 }
 
-// runsOnce says whether a component's objects run once to their end: a
-// Job and no pod controller that keeps running.
-func runsOnce(manifest string) bool {
-	objs, err := diff.Objects(manifest)
-	if err != nil {
-		return false
-	}
-	job := false
-	for _, o := range objs {
-		switch o.GetKind() {
-		case "Job":
-			job = true
-		case "Deployment", "StatefulSet", "DaemonSet":
-			return false
-		}
-	}
-	return job
-}
-
-// holdsDependents says whether a component's objects (a release
-// manifest) can leave what depends on it unready while they roll: a
-// StatefulSet, whose pods (a database's one instance) stop before their
-// replacements start. Deployments roll with no pod down (maxUnavailable
-// 0), and Jobs provision what the previous revision's services already
-// use, so neither holds a rollback back. A manifest that is empty or
-// cannot be read holds, as the safe choice.
-func holdsDependents(manifest string) bool {
+// rollbackShape is how a component's objects (a release manifest) roll,
+// read with one decode: holds, when they can leave what depends on them
+// unready while they roll (a StatefulSet, whose pods, a database's one
+// instance, stop before their replacements start; Deployments roll with
+// no pod down, maxUnavailable 0, and Jobs provision what the previous
+// revision's services already use); once, when they run once to their
+// end (a Job and no pod controller that keeps running). A manifest that
+// is empty or cannot be read holds, as the safe choice.
+func rollbackShape(manifest string) (holds, once bool) {
 	objs, err := diff.Objects(manifest)
 	if err != nil || len(objs) == 0 {
-		return true
+		return true, false
 	}
+	job, controller := false, false
 	for _, o := range objs {
-		if o.GetKind() == "StatefulSet" {
-			return true
+		switch o.GetKind() {
+		case "StatefulSet":
+			holds, controller = true, true
+		case "Deployment", "DaemonSet":
+			controller = true
+		case "Job":
+			job = true
 		}
 	}
-	return false
+	return holds, job && !controller
 }
 
 // holderDeps returns, for each of names, the components it depends on
@@ -729,12 +719,6 @@ func holderDeps(names []string, st *state.State, holds map[string]bool) map[stri
 		walk(n)
 	}
 	return deps
-}
-
-// rollbackLevels orders names for a rollback: each comes after the
-// components it depends on that hold their dependents (holderDeps).
-func rollbackLevels(names []string, st *state.State, holds map[string]bool) [][]string {
-	return dependencyLevels(names, holderDeps(names, st, holds))
 }
 
 // dependencyLevels groups names so that each comes in a later level than

@@ -232,10 +232,10 @@ func TestRollBackWaitsOnlyForWhatHoldsDependents(t *testing.T) {
 	}}
 	holds := map[string]bool{}
 	for n, m := range manifests {
-		holds[n] = holdsDependents(m)
+		holds[n], _ = rollbackShape(m)
 	}
 	names := slices.Sorted(maps.Keys(manifests))
-	got := rollbackLevels(names, st, holds)
+	got := dependencyLevels(names, holderDeps(names, st, holds))
 	want := [][]string{{"mongodb", "rabbitmq"}, {"broadcaster", "db-provision", "gitops-api", "gitops-ui"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("levels %v, want %v", got, want)
@@ -256,8 +256,10 @@ func TestRollBackWaitsOnlyForWhatHoldsDependents(t *testing.T) {
 		}
 	}
 	// A release whose manifest is unknown holds, as before.
-	if !holdsDependents("") || holdsDependents(job) || !holdsDependents(statefulSet) || holdsDependents(deployment) {
-		t.Error("holdsDependents misjudges a manifest")
+	for m, want := range map[string][2]bool{"": {true, false}, job: {false, true}, statefulSet: {true, false}, deployment: {false, false}} {
+		if h, o := rollbackShape(m); h != want[0] || o != want[1] {
+			t.Errorf("rollbackShape(%q) = holds %v, once %v; want %v", m, h, o, want)
+		}
 	}
 }
 
