@@ -629,7 +629,7 @@ func RollBack(ctx context.Context, rel Releases, st *state.State, before map[str
 				defer swg.Done()
 				t0 := time.Now()
 				if serr := settler.Ready(ctx, name, bound[name]); serr != nil {
-					r.err = fmt.Errorf("%s is back at revision %d but not ready again since %s is back: %w", name, before[name], last, serr)
+					r.err = fmt.Errorf("%s is back at revision %d but not ready again since %s is back ('onprem doctor' says why): %w", name, before[name], last, serr)
 					return
 				}
 				say("  %s is ready again since %s is back, after %.1fs more\n", name, last, time.Since(t0).Seconds())
