@@ -191,6 +191,9 @@ type watcher struct {
 	work      []workload
 	ob        *observer
 	restarts  fault.Restarts
+	// configAtRunTime: the component's pods may wait for Secrets its own
+	// components make (render.Component.ConfigAtRunTime).
+	configAtRunTime bool
 	// before holds the events of the namespaces as they were when the
 	// apply began: an event counts when it is new or happened again. It
 	// is nil until a first look succeeded (prime).
@@ -205,7 +208,7 @@ type watcher struct {
 // only hides a repeated event's evidence: a pod's own status still tells
 // its fault).
 func newWatcher(ctx context.Context, ob *observer, c *render.Component, namespace string) *watcher {
-	w := &watcher{component: c.Name, work: workloads(c, namespace), ob: ob}
+	w := &watcher{component: c.Name, work: workloads(c, namespace), ob: ob, configAtRunTime: c.ConfigAtRunTime}
 	if len(w.work) == 0 {
 		return nil
 	}
@@ -297,9 +300,10 @@ func (w *watcher) look(ctx context.Context) (progress, error) {
 		}
 		mine := w.pick(objs, ns, &p)
 		faults := fault.Analyze(mine, fault.Input{
-			Component: func(string, metav1.Object) string { return w.component },
-			Fresh:     w.fresh,
-			Restarts:  &w.restarts,
+			Component:       func(string, metav1.Object) string { return w.component },
+			Fresh:           w.fresh,
+			Restarts:        &w.restarts,
+			ConfigAtRunTime: w.configAtRunTime,
 		})
 		for i := range faults {
 			f := faults[i]

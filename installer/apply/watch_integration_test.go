@@ -44,6 +44,9 @@ type faultCase struct {
 	// (definitive) or in its waiting line (transient).
 	analyzer string
 	says     string
+	// configAtRunTime marks the component as one whose own pods make
+	// Secrets that others read (a GitOps runtime's upstream chart).
+	configAtRunTime bool
 }
 
 func waitingFor(reason, message string) map[string]string {
@@ -84,7 +87,7 @@ func faultComponent(t *testing.T, ns string, fc faultCase) *render.Result {
 		t.Fatal(err)
 	}
 	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
-	return &render.Result{Version: "1.0.0", Namespace: ns, Components: []*render.Component{{Name: "web", Objects: []*unstructured.Unstructured{u}}}}
+	return &render.Result{Version: "1.0.0", Namespace: ns, Components: []*render.Component{{Name: "web", Objects: []*unstructured.Unstructured{u}, ConfigAtRunTime: fc.configAtRunTime}}}
 }
 
 // firstFault is when the cluster first showed the fault: the earliest
@@ -263,6 +266,9 @@ func TestTransientFaultsWaitTillTheTimeout(t *testing.T) {
 			}},
 		{name: "probe not passing yet", says: "0/1 ready, not ready yet",
 			annotations: map[string]string{testcluster.AnnotationNeverReady: "true"}},
+		{name: "a Secret another pod of the chart makes at run time (a runtime's)", configAtRunTime: true,
+			says:        `container web waits: secret "codefresh-token" not found`,
+			annotations: waitingFor("CreateContainerConfigError", `secret "codefresh-token" not found`)},
 		{name: "crashed once", says: "crashed, restarted 1 times",
 			annotations: map[string]string{testcluster.AnnotationWaiting: "CrashLoopBackOff", testcluster.AnnotationLastReason: "Error",
 				testcluster.AnnotationRestarts: "1", testcluster.AnnotationExitCode: "1"}},

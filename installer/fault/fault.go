@@ -98,6 +98,14 @@ type Input struct {
 	// Restarts holds the exit codes seen in earlier looks at the same
 	// pods (nil: this look only).
 	Restarts *Restarts
+	// ConfigAtRunTime says that the objects' own components create, once
+	// running, Secrets and ConfigMaps that others of them read (an
+	// upstream chart such as the GitOps runtime's: its app-proxy makes the
+	// runtime's tokens, its Argo CD server the admin Secret). A container
+	// that cannot start for want of one is then waited for, not a
+	// definitive fault. The platform's charts make none: every Secret they
+	// read exists before they are applied.
+	ConfigAtRunTime bool
 }
 
 // ErrNotCollected is Input.Log's answer for a log that was not read.

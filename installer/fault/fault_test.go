@@ -106,6 +106,20 @@ func TestPodFaultsAreJudged(t *testing.T) {
 	}
 }
 
+// A chart whose components make Secrets at run time (the GitOps
+// runtime's): a container waiting for one is waited for, and says so.
+func TestConfigMadeAtRunTimeIsWaitedFor(t *testing.T) {
+	o := &Objects{Namespace: "codefresh", Pods: []corev1.Pod{pod("gitops-api-1", waiting("CreateContainerConfigError", `secret "codefresh-token" not found`))}}
+	f := one(t, o, Input{Now: now, ConfigAtRunTime: true})
+	if f.Definitive || f.Analyzer != "" || !strings.Contains(f.Waiting, `container app waits: secret "codefresh-token" not found`) ||
+		!strings.Contains(f.Title, "waits for what another of its components makes") {
+		t.Errorf("fault = %+v", f)
+	}
+	if f := one(t, o, Input{Now: now}); !f.Definitive || f.Analyzer != ConfigError {
+		t.Errorf("the platform's charts make no Secret at run time: %+v", f)
+	}
+}
+
 // An ImagePullBackOff whose message does not carry the error (older
 // kubelets) is judged on the pod's newest failed pull; an earlier network
 // failure does not hide the registry's answer, nor an event from before

@@ -226,6 +226,12 @@ func (a *analysis) pull(p *corev1.Pod, comp string, cs corev1.ContainerStatus, i
 // variable). It says so again at every try.
 func (a *analysis) configError(p *corev1.Pod, comp string, cs corev1.ContainerStatus) {
 	w := cs.State.Waiting
+	if a.in.ConfigAtRunTime {
+		a.out = append(a.out, Fault{Component: comp, Object: a.object(p), Since: p.CreationTimestamp.Time,
+			Title:   fmt.Sprintf("container %s of component %s waits for what another of its components makes: %s", cs.Name, orUnknown(comp), short(w.Message, 160)),
+			Waiting: short(fmt.Sprintf("container %s waits: %s", cs.Name, strings.TrimSpace(w.Message)), 100)})
+		return
+	}
 	a.out = append(a.out, Fault{Analyzer: ConfigError, Definitive: true, Component: comp, Object: a.object(p), Since: p.CreationTimestamp.Time,
 		Title:       fmt.Sprintf("container %s of component %s cannot start: %s", cs.Name, orUnknown(comp), short(w.Message, 160)),
 		Evidence:    append([]string{fmt.Sprintf("pod %s container %s: %s: %s", p.Name, cs.Name, w.Reason, strings.TrimSpace(w.Message))}, a.o.events("Pod", p.Name, a.in.Fresh)...),

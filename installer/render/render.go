@@ -75,6 +75,11 @@ type Component struct {
 	// the render, such as a runtime's), which apply uses instead of
 	// reading Chart from its charts.
 	Loaded *chartv2.Chart `json:"-"`
+	// ConfigAtRunTime: the chart's components create, once running,
+	// Secrets or ConfigMaps that others of them read (a GitOps runtime's
+	// upstream chart), so that a pod waiting for a missing one is waited
+	// for while the component settles (fault.Input.ConfigAtRunTime).
+	ConfigAtRunTime bool `json:"-"`
 }
 
 // Result is a rendered platform.

@@ -226,7 +226,10 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", rt.Name, err)
 	}
-	c := &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out, Loaded: o.Chart}
+	// The upstream chart's app-proxy and Argo CD server make Secrets that
+	// its other pods read (the runtime's tokens, the admin password).
+	c := &Component{Name: name, Group: RuntimeGroup, Chart: a.Chart, ChartVersion: a.ChartVersion, Values: values, Objects: out, Loaded: o.Chart,
+		ConfigAtRunTime: true}
 	addChartCRDs(c, crds)
 	installOrder(c.Objects)
 	return c, nil
