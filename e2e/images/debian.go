@@ -54,6 +54,11 @@ type debianSpec struct {
 
 const basePath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// entrypointPath is where a Debian image's entrypoint is installed (where
+// the official images keep theirs, and where the charts' commands call
+// it).
+const entrypointPath = "/usr/local/bin/docker-entrypoint.sh"
+
 var postgresImage = debianSpec{
 	name:     "postgresql",
 	packages: []string{"postgresql-" + PostgresMajor},
@@ -161,7 +166,7 @@ func (b *builder) debianStamp(s debianSpec) func(context.Context) (string, error
 			parts = append(parts, gs)
 		}
 		for _, f := range s.files {
-			parts = append(parts, f.path, string(f.data), fmt.Sprint(f.mode))
+			parts = append(parts, f.path, string(f.data), f.link, fmt.Sprint(f.mode, f.dir))
 		}
 		cfg, err := json.Marshal(s.config)
 		if err != nil {
@@ -190,7 +195,7 @@ func (b *builder) debianImage(s debianSpec) func(context.Context, string) (v1.Im
 			if err := b.goBuild(ctx, s.name+"-entrypoint", s.entrypoint, bin); err != nil {
 				return nil, "", err
 			}
-			files = append(files, file{path: "/usr/local/bin/docker-entrypoint.sh", src: bin, mode: 0o755})
+			files = append(files, file{path: entrypointPath, src: bin, mode: 0o755})
 		}
 		if len(files) > 0 {
 			l, err := filesLayer(files)

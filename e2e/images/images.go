@@ -26,7 +26,7 @@ import (
 // Image is one built image and the reference it goes by.
 type Image struct {
 	// Name is what Build knows it as: traefik, mongodb, postgresql, redis,
-	// rabbitmq, refservice or runner.
+	// rabbitmq, refservice, runner, onprem or gitops-runtime.
 	Name string
 	// Ref is the full reference, e.g. docker.io/library/traefik:v3.6.12.
 	Ref string
@@ -64,14 +64,15 @@ type recipe struct {
 
 func (b *builder) recipes() map[string]recipe {
 	return map[string]recipe{
-		"traefik":    {release: "traefik", stamp: b.traefikStamp, make: b.traefikImage},
-		"mongodb":    {release: "mongodb", stamp: b.mongoStamp, make: b.mongoImage},
-		"postgresql": {release: "postgresql", stamp: b.debianStamp(postgresImage), make: b.debianImage(postgresImage)},
-		"redis":      {release: "redis", stamp: b.debianStamp(redisImage), make: b.debianImage(redisImage)},
-		"rabbitmq":   {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
-		"refservice": {ref: RefserviceRef, stamp: b.refserviceStamp, make: b.refserviceImage},
-		"runner":     {ref: RunnerRef, stamp: b.runnerStamp, make: b.runnerImage},
-		"onprem":     {release: "onprem", stamp: b.onpremStamp, make: b.onpremImage},
+		"traefik":     {release: "traefik", stamp: b.traefikStamp, make: b.traefikImage},
+		"mongodb":     {release: "mongodb", stamp: b.mongoStamp, make: b.mongoImage},
+		"postgresql":  {release: "postgresql", stamp: b.debianStamp(postgresImage), make: b.debianImage(postgresImage)},
+		"redis":       {release: "redis", stamp: b.debianStamp(redisImage), make: b.debianImage(redisImage)},
+		"rabbitmq":    {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
+		"refservice":  {ref: RefserviceRef, stamp: b.refserviceStamp, make: b.refserviceImage},
+		GitopsRuntime: {ref: GitopsRuntimeRef, stamp: b.debianStamp(gitopsImage), make: b.debianImage(gitopsImage)},
+		"runner":      {ref: RunnerRef, stamp: b.runnerStamp, make: b.runnerImage},
+		"onprem":      {release: "onprem", stamp: b.onpremStamp, make: b.onpremImage},
 	}
 }
 
@@ -152,11 +153,12 @@ func NewPlan(ctx context.Context, names []string, log func(string, ...any)) (*Pl
 func (p *Plan) Steps() []buildplan.Step {
 	b := p.b
 	var steps []buildplan.Step
-	debian := map[string]debianSpec{"postgresql": postgresImage, "redis": redisImage, "rabbitmq": rabbitmqImage}
+	debian := map[string]debianSpec{"postgresql": postgresImage, "redis": redisImage, "rabbitmq": rabbitmqImage, GitopsRuntime: gitopsImage}
 	estimates := map[string]time.Duration{
 		"traefik": 10 * time.Minute, "mongodb": 8 * time.Minute, "onprem": time.Minute,
 		"postgresql": 30 * time.Second, "redis": 20 * time.Second, "rabbitmq": 30 * time.Second,
 		"rootfs-postgresql": 2 * time.Minute, "rootfs-redis": 45 * time.Second, "rootfs-rabbitmq": 90 * time.Second,
+		"rootfs-" + GitopsRuntime: time.Minute,
 	}
 	base := false
 	for _, n := range p.names {

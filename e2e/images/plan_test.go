@@ -31,7 +31,7 @@ func TestPlanGraph(t *testing.T) {
 			t.Errorf("no step builds %s", n)
 		}
 	}
-	for _, n := range []string{"postgresql", "redis", "rabbitmq"} {
+	for _, n := range []string{"postgresql", "redis", "rabbitmq", GitopsRuntime} {
 		if got := byName["images/"+n].Needs; !slices.Equal(got, []string{"images/rootfs-" + n}) {
 			t.Errorf("images/%s needs %v, want its root filesystem", n, got)
 		}
