@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -48,8 +49,12 @@ const (
 // addresses in two clusters a route learnt from the wrong one sent a
 // test's request to a pod of the other cluster (seen once in CI: kube-router
 // of one cluster, Traefik of `onprem local up`'s answering).
-func kindConfig(workers int, podSubnet string) string {
-	nodes := "- role: control-plane\n" + strings.Repeat("- role: worker\n", workers)
+//
+// The control-plane node mounts patchesDir (writeKubeadmPatches) where
+// kubeadm reads its patches of the control plane's static pods.
+func kindConfig(workers int, podSubnet, patchesDir string) string {
+	nodes := "- role: control-plane\n  extraMounts:\n  - {hostPath: " + strconv.Quote(patchesDir) + ", containerPath: " + kubeadmPatchesPath + ", readOnly: true}\n" +
+		strings.Repeat("- role: worker\n", workers)
 	return `kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
@@ -65,6 +70,8 @@ kubeadmConfigPatches:
   failCgroupV1: false
 - |
   kind: InitConfiguration
+  patches:
+    directory: ` + kubeadmPatchesPath + `
   nodeRegistration:
     ignorePreflightErrors:
     - SystemVerification
@@ -74,6 +81,35 @@ kubeadmConfigPatches:
     ignorePreflightErrors:
     - SystemVerification
 `
+}
+
+// kubeadmPatchesPath is where the control-plane node finds the kubeadm
+// patches.
+const kubeadmPatchesPath = "/kind/onprem-patches"
+
+// ControlPlaneCPURequest is the CPU request of each control-plane pod
+// (etcd, the API server, the controller manager, the scheduler). kubeadm
+// asks 650m for the four, a third of the project's 2-core machine, where
+// the platform (its requests lowered by the e2e's overlay) and a GitOps
+// runtime on the real upstream chart (about 1 CPU of requests, kept as
+// the chart sets them, so that its scheduling is real) must fit beside
+// them. A request only reserves: what the pods use is unchanged.
+const ControlPlaneCPURequest = "10m"
+
+// writeKubeadmPatches writes, in dir, kubeadm's strategic-merge patches
+// of the control plane's static pods: their CPU request lowered to
+// ControlPlaneCPURequest.
+func writeKubeadmPatches(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
+	}
+	for _, target := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		patch := "spec:\n  containers:\n  - name: " + target + "\n    resources:\n      requests:\n        cpu: " + ControlPlaneCPURequest + "\n"
+		if err := os.WriteFile(filepath.Join(dir, target+"+strategic.yaml"), []byte(patch), 0o644); err != nil {
+			return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
+		}
+	}
+	return nil
 }
 
 // podSubnet is the cluster's pod subnet: 10.N.0.0/16 with N from 128 to
@@ -192,7 +228,14 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if c.owner, err = claim(clustersDir(tc), c.Name); err != nil {
 		return nil, err
 	}
-	kindCfg := kindConfig(cfg.workers, podSubnet(cfg.name))
+	patches, err := filepath.Abs(filepath.Join(dir, "kubeadm-patches"))
+	if err != nil {
+		return nil, fmt.Errorf("kindcluster: %w", err)
+	}
+	if err := writeKubeadmPatches(patches); err != nil {
+		return nil, err
+	}
+	kindCfg := kindConfig(cfg.workers, podSubnet(cfg.name), patches)
 	if err := os.WriteFile(filepath.Join(dir, "kind-config.yaml"), []byte(kindCfg), 0o644); err != nil {
 		return nil, fmt.Errorf("kindcluster: %w", err)
 	}

@@ -144,7 +144,8 @@ func podLogs(ctx context.Context, cs kubernetes.Interface, ns, name string) stri
 // and so does the server pod's own address (kube-router's routes between
 // nodes); a NetworkPolicy is enforced (kube-router); a claim of the
 // default StorageClass binds, and what one pod writes to it another reads
-// back; the released volume is cleaned up.
+// back; the released volume is cleaned up; the control plane's static pods
+// request ControlPlaneCPURequest of CPU.
 func TestKindCluster(t *testing.T) {
 	skipUnlessKind(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -180,6 +181,19 @@ func TestKindCluster(t *testing.T) {
 			t.Errorf("node %s: %s = %q, %v; want %s", n, podsCPUSharesFile, got, err, want)
 		}
 		t.Logf("node %s: pods' CPU shares %s", n, got)
+	}
+
+	// The control plane's static pods reserve ControlPlaneCPURequest each
+	// (kubeadm's patches), not kubeadm's 650m together.
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		p, err := cs.CoreV1().Pods("kube-system").Get(ctx, name+"-"+controlPlane, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("static pod %s: %v", name, err)
+			continue
+		}
+		if got := p.Spec.Containers[0].Resources.Requests.Cpu().String(); got != ControlPlaneCPURequest {
+			t.Errorf("static pod %s requests %s of CPU, want %s", p.Name, got, ControlPlaneCPURequest)
+		}
 	}
 
 	archive := buildEchoImage(t, ctx)
