@@ -102,7 +102,7 @@ func Template(c *chartv2.Chart, release, namespace string, values map[string]any
 	if err != nil {
 		return nil, fmt.Errorf("chart %s: values: %w", c.Name(), err)
 	}
-	var e engine.Engine
+	e := engine.Engine{CustomTemplateFuncs: templateFuncs}
 	files, err := e.Render(cp, top)
 	if err != nil {
 		return nil, fmt.Errorf("chart %s: %w", c.Name(), err)

@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 )
 
 // BenchmarkRenderPlatform renders the whole platform for the default
@@ -22,6 +25,33 @@ func BenchmarkRenderPlatform(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Render(ctx, Options{Installation: in, Release: rel}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRenderRuntimeUpstream renders a GitOps runtime from the real
+// published chart (the newest shipped release's), with the platform's CA:
+// Helm's engine with onprem's faster deepCopy (charts.templateFuncs; the
+// chart copies its whole context in many templates), then the post-render.
+func BenchmarkRenderRuntimeUpstream(b *testing.B) {
+	rts := shippedRuntimes(b)
+	rel := rts[len(rts)-1].release
+	mode := upstreamModeNamed(b, "self-signed-ca")
+	in, _ := load(b, "minimal")
+	in.Spec.Version = rel.Version
+	in.Spec.RuntimeConfig.Repository = config.GitRepository{URL: "https://git.example.com/platform/gitops.git", Branch: "main"}
+	in.Spec.RuntimeConfig.AccountID = "64f0c1d2e3a4b5c6d7e8f901"
+	rt, err := RuntimeDefaults(config.Runtime{Name: "edge"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := RuntimeOptions{Installation: in, Release: rel, Runtime: rt, Chart: runtimetest.Upstream(b, rel.Runtime.ChartVersion)}
+	mode.set(in, &o)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := RenderRuntime(ctx, o); err != nil {
 			b.Fatal(err)
 		}
 	}
