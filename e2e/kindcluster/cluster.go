@@ -88,8 +88,9 @@ kubeadmConfigPatches:
 const kubeadmPatchesPath = "/kind/onprem-patches"
 
 // ControlPlaneCPURequest is the CPU request of each control-plane pod
-// (etcd, the API server, the controller manager, the scheduler). kubeadm
-// asks 650m for the four, a third of the project's 2-core machine, where
+// (etcd, the API server, the controller manager, the scheduler) and of
+// CoreDNS's. kubeadm asks 650m for the four and 200m for CoreDNS, over a
+// third of the project's 2-core machine, where
 // the platform (its requests lowered by the e2e's overlay) and a GitOps
 // runtime on the real upstream chart (about 1 CPU of requests, kept as
 // the chart sets them, so that its scheduling is real) must fit beside
@@ -97,19 +98,38 @@ const kubeadmPatchesPath = "/kind/onprem-patches"
 const ControlPlaneCPURequest = "10m"
 
 // writeKubeadmPatches writes, in dir, kubeadm's strategic-merge patches
-// of the control plane's static pods: their CPU request lowered to
-// ControlPlaneCPURequest.
+// of the control plane's static pods and of CoreDNS: their CPU request
+// lowered to ControlPlaneCPURequest.
 func writeKubeadmPatches(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
 	}
+	cpu := "    resources:\n      requests:\n        cpu: " + ControlPlaneCPURequest + "\n"
+	patches := map[string]string{
+		// CoreDNS's two replicas (kubeadm's addon, patched as
+		// corednsdeployment).
+		"corednsdeployment": "spec:\n  template:\n    spec:\n      containers:\n      - name: coredns\n" + indent(cpu, "    "),
+	}
 	for _, target := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		patch := "spec:\n  containers:\n  - name: " + target + "\n    resources:\n      requests:\n        cpu: " + ControlPlaneCPURequest + "\n"
+		patches[target] = "spec:\n  containers:\n  - name: " + target + "\n" + cpu
+	}
+	for target, patch := range patches {
 		if err := os.WriteFile(filepath.Join(dir, target+"+strategic.yaml"), []byte(patch), 0o644); err != nil {
 			return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
 		}
 	}
 	return nil
+}
+
+// indent prefixes every line of s with pre.
+func indent(s, pre string) string {
+	lines := strings.SplitAfter(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = pre + l
+		}
+	}
+	return strings.Join(lines, "")
 }
 
 // podSubnet is the cluster's pod subnet: 10.N.0.0/16 with N from 128 to

@@ -145,7 +145,7 @@ func podLogs(ctx context.Context, cs kubernetes.Interface, ns, name string) stri
 // nodes); a NetworkPolicy is enforced (kube-router); a claim of the
 // default StorageClass binds, and what one pod writes to it another reads
 // back; the released volume is cleaned up; the control plane's static pods
-// request ControlPlaneCPURequest of CPU.
+// and CoreDNS request ControlPlaneCPURequest of CPU.
 func TestKindCluster(t *testing.T) {
 	skipUnlessKind(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -183,8 +183,16 @@ func TestKindCluster(t *testing.T) {
 		t.Logf("node %s: pods' CPU shares %s", n, got)
 	}
 
-	// The control plane's static pods reserve ControlPlaneCPURequest each
-	// (kubeadm's patches), not kubeadm's 650m together.
+	// The control plane's static pods and CoreDNS reserve
+	// ControlPlaneCPURequest each (kubeadm's patches), not kubeadm's 850m
+	// together.
+	dns, err := cs.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dns.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(); got != ControlPlaneCPURequest {
+		t.Errorf("CoreDNS requests %s of CPU, want %s", got, ControlPlaneCPURequest)
+	}
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		p, err := cs.CoreV1().Pods("kube-system").Get(ctx, name+"-"+controlPlane, metav1.GetOptions{})
 		if err != nil {
