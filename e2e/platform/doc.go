@@ -65,11 +65,17 @@
 //     with an interrupt (console_test.go);
 //     `onprem runner install` (the runner stand-in image as agent and
 //     engine) and the runner `runner list` shows ready;
-//     `onprem runtime install` of the fixture GitOps runtime chart against
-//     a real Git server, and `runtime list`; the upstream chart's contract
-//     read back from the installed objects (runtime_test.go: name,
-//     platform URL and account, token and CA Secret references, every
-//     image relocated, its Ingress under the platform's domain);
+//     `onprem runtime install` of the real GitOps runtime chart (the
+//     published package from ../shared/upstream, served by a loopback OCI
+//     registry as a mirror, carried by the bundle) with the stand-in image
+//     e2e/images/cmd/gitops-standin under every image it renders, against
+//     a real Git server, and `runtime list`; read back from the installed
+//     objects (runtime_test.go): every pod running or completed under the
+//     restricted Pod Security Standard, every image from the ring's
+//     registry, the pre-install hooks done (the Secret one of them makes,
+//     which Redis and Argo CD read), the crds/ folders' CRDs served, and
+//     the upstream contract (name, platform URL and account, token and CA
+//     Secret references, its Ingress under the platform's domain);
 //  9. a support bundle of the whole platform holds no value of any Secret
 //     of the cluster, and `support-bundle analyze` reads it offline;
 //     disaster recovery (recovery_test.go), after which status shows the

@@ -99,12 +99,14 @@ func TestPlatform(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := images.WriteOCILayout(layoutDir, releaseImages(t, rel, built, chartImages(t, rel))); err != nil {
+			if err := images.WriteOCILayout(layoutDir, releaseImages(t, rel, built)); err != nil {
 				t.Fatal(err)
 			}
 			chartVersions = append(chartVersions, rel.Runtime.ChartVersion)
 		}
-		charts := runtimetest.ServeOCI(t, chartVersions...)
+		// The real runtime chart, as published (../shared/upstream), served
+		// the way an operator's mirror serves it.
+		charts := runtimetest.ServeUpstreamOCI(t, chartVersions...)
 		for _, v := range versions {
 			b := filepath.Join(dir, "platform-"+v+".bundle")
 			e.onprem("bundle", "create", "--version", v, "--oci-layout", layoutDir,
@@ -335,7 +337,7 @@ func TestPlatform(t *testing.T) {
 		t.Logf("runner default: %s, agent %+v, engine %+v", list.Runners[0].Chart, list.Runners[0].Agent, list.Runners[0].Engine)
 	})
 
-	e.step("a GitOps runtime (fixture chart) installed and listed", func() {
+	e.step("a GitOps runtime (the real chart) installed and listed", func() {
 		const token = "e2e-git-token-0123456789abcdef"
 		git := testservers.StartGit(t, token)
 		configURL := git.NewRepo(t, "config")
@@ -411,41 +413,43 @@ func TestPlatform(t *testing.T) {
 
 // releaseImages names the built images as every image of rel: the
 // stand-ins under their release references, the reference service under
-// every platform image, under the images no stand-in covers and under
-// every image the runtime chart renders by itself (extra: the components
-// that use them are not installed by this test, and the runtime's pods
-// are not started by the ring).
-func releaseImages(t *testing.T, rel *release.Release, built []images.Image, extra []string) []images.Image {
+// every platform image and under the images no stand-in covers, and the
+// GitOps runtime's stand-in under every image the real runtime chart
+// renders (bundle create finds those in the chart's render and carries
+// them too).
+func releaseImages(t *testing.T, rel *release.Release, built []images.Image) []images.Image {
 	t.Helper()
 	imgs, missing := images.ForRelease(rel, platformPrefix, built)
-	var ref images.Image
+	byName := map[string]images.Image{}
 	for _, b := range built {
-		if b.Name == "refservice" {
-			ref = b
-		}
+		byName[b.Name] = b
+	}
+	ref, gitops := byName["refservice"], byName[images.GitopsRuntime]
+	if ref.Image == nil || gitops.Image == nil {
+		t.Fatalf("the built images lack refservice or %s", images.GitopsRuntime)
 	}
 	for _, m := range missing {
 		ri, ok := rel.Image(m)
 		if !ok {
 			t.Fatalf("release %s: no image %s", rel.Version, m)
 		}
-		extra = append(extra, ri.Repository+":"+ri.Tag)
+		imgs = append(imgs, images.Retag(ref, ri.Repository+":"+ri.Tag)...)
 	}
-	for _, e := range extra {
-		imgs = append(imgs, images.Retag(ref, e)...)
+	for _, c := range chartImages(t, rel) {
+		imgs = append(imgs, images.Retag(gitops, c)...)
 	}
 	return imgs
 }
 
 // chartImages are the images (repository:tag) that rel's runtime chart,
-// the ring's fixture, renders beyond the release's own: bundle create
+// the real published one, renders beyond the release's own: bundle create
 // finds them in the chart's render and carries them too.
 func chartImages(t *testing.T, rel *release.Release) []string {
 	t.Helper()
 	if rel.Runtime == nil {
 		return nil
 	}
-	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, PlatformImages: platformPrefix, RuntimeChart: runtimetest.Chart(t, rel.Runtime.ChartVersion)})
+	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, PlatformImages: platformPrefix, RuntimeChart: runtimetest.Upstream(t, rel.Runtime.ChartVersion)})
 	if err != nil {
 		t.Fatalf("release %s: the images its charts render: %v", rel.Version, err)
 	}
