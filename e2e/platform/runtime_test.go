@@ -23,8 +23,8 @@ const e2ePlatformToken = "e2e-platform-token-5b7d0c93e1"
 // exercised: the runtime's name, the platform's URL and account, the
 // tokens and the platform's CA by Secret reference (the Secrets holding
 // what was given); every pod running or completed, admitted by the
-// restricted Pod Security Standard that the namespace enforces, with the
-// pull secret and every image from the ring's registry; the chart's
+// restricted Pod Security Standard that the namespace enforces, every
+// image from the ring's registry; the chart's
 // pre-install hooks done (the Secret argocd-redis that one makes, which
 // Redis and Argo CD read); the CRDs of the chart's crds/ folders served;
 // and its Ingress under the platform's domain.
