@@ -215,6 +215,18 @@ func cpuPatch(kind string) string {
 `
 }
 
+// cronJobCPUPatch does the same for the scheduled backup's CronJob, in an
+// overlay of the configurations with spec.backup only (onprem refuses a
+// patch that matches no object): beside a build runner and a GitOps
+// runtime on the real chart, the ring's node has less free than its
+// 100m.
+const cronJobCPUPatch = `  - target: {kind: CronJob}
+    patch: |
+      - op: replace
+        path: /spec/jobTemplate/spec/template/spec/containers/0/resources/requests/cpu
+        value: 10m
+`
+
 // allReady checks with `onprem status` that the platform is at version and
 // every component's release is deployed with all its replicas ready, and
 // that no component's live objects have drifted from its release.

@@ -69,7 +69,7 @@ func (e *env) disasterRecovery(ctx context.Context, version, bundle string, reco
 		e.putSecret(ctx, "onprem-backup-ca", map[string]string{"ca.crt": string(ca)})
 		e.onpremJSON(&keys, "backup", "keygen", "--out", filepath.Join(e.dir, "backup-keys"))
 
-		cfg := e.writeConfig("onprem-backup.yaml", version)
+		cfg := e.writeConfig("onprem-backup.yaml", version, e.overlay("e2e-backup-cpu", cronJobCPUPatch))
 		e.appendConfig(cfg, fmt.Sprintf(`  backup:
     schedule: "0 0 1 1 *"
     s3:
