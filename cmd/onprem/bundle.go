@@ -20,20 +20,31 @@ func newBundleCmd() *cobra.Command {
 one platform version needs when the cluster cannot reach the internet: every
 image (as one OCI image layout, shared layers stored once), the release
 manifest with every image digest pinned, the Helm charts, the kustomize
-manifests, a checksums file and, optionally, an ed25519 signature.
+manifests, a checksums file and an ed25519 signature of those checksums.
 
-The workflow:
+Bundles are signed, and every command that takes one (verify, push,
+install, upgrade, restore, ... --bundle) refuses a bundle that is unsigned
+or signed by a key it does not trust. Trusted are: the keys onprem's own
+releases name (bundles made by the onprem project), the operator's keys in
+spec.trust of onprem.yaml, and --public-key files. --allow-unsigned accepts
+any bundle with a warning, recorded in the installation's history.
 
-  # once, on a trusted machine: a signing key pair
-  onprem bundle keygen --out keys/
+The workflow for a bundle of your own making:
+
+  # once, on a trusted machine: a signing key pair (in ~/.config/onprem/keys,
+  # where 'bundle create' finds it from then on)
+  onprem bundle keygen
 
   # on a machine with internet access
-  onprem bundle create --version 2.8.0 -o platform-2.8.0.bundle --key keys/bundle.key
+  onprem bundle create --version 2.8.0 -o platform-2.8.0.bundle
 
-  # carry the file (and keys/bundle.pub) into the air-gapped network, then
+  # carry the file (and bundle.pub) into the air-gapped network, then
   onprem bundle verify platform-2.8.0.bundle --public-key bundle.pub
   onprem bundle push platform-2.8.0.bundle --registry registry.internal:5000/onprem \
       --public-key bundle.pub --docker-config regcred.yaml
+
+Put bundle.pub in spec.trust of onprem.yaml so that install and upgrade
+trust it without --public-key.
 
 Set spec.registry.host and spec.registry.pathPrefix in onprem.yaml to the
 same registry and path: the push writes every image exactly where the
@@ -51,8 +62,12 @@ func newBundleCreateCmd() *cobra.Command {
 		Long: `Write one bundle file holding a platform release: its images as one OCI
 image layout (layers shared between images stored once), the release
 manifest with every image digest pinned, the Helm charts and kustomize
-manifests of this onprem, the SHA-256 of every file and, with --key, an
-ed25519 signature of those checksums.
+manifests of this onprem, the SHA-256 of every file and an ed25519
+signature of those checksums, made with --key or, by default, the key
+'onprem bundle keygen' wrote (~/.config/onprem/keys/bundle.key, or
+$ONPREM_KEY_DIR). Without a key the command refuses and names the one that
+makes it; --unsigned writes a bundle that every command refuses unless
+told --allow-unsigned.
 
 The version comes from --version or from spec.version of -c onprem.yaml
 (which also gives spec.images.platform, where the platform's own images are
@@ -75,7 +90,7 @@ Multi-platform images are narrowed to --platform (default linux/amd64).
 The file is written next to FILE under a temporary name and renamed when
 complete: after any failure (a missing image, a full disk, Ctrl-C) no
 partial bundle is left behind. Progress goes to stderr.`,
-		Example: `  onprem bundle create --version 2.8.0 -o platform-2.8.0.bundle
+		Example: `  onprem bundle keygen && onprem bundle create --version 2.8.0 -o platform-2.8.0.bundle
   onprem bundle create -c onprem.yaml -o platform.bundle --key keys/bundle.key
   onprem bundle create --version 2.8.0 -o p.bundle --oci-layout ./mirror \
       --image-source pipelines-api=./pipelines-api.tar`,
@@ -99,7 +114,8 @@ partial bundle is left behind. Progress goes to stderr.`,
 	f.StringVar(&a.Version, "version", "", "platform version to bundle (default: spec.version of -c)")
 	f.StringVarP(&a.ConfigPath, "config", "c", "", "onprem.yaml to take the version and spec.images.platform from")
 	f.StringVarP(&a.Output, "output", "o", "", "the bundle file to write")
-	f.StringVar(&a.KeyPath, "key", "", "private key to sign the bundle with (see 'onprem bundle keygen')")
+	f.StringVar(&a.KeyPath, "key", "", "private key to sign the bundle with (default: bundle.key that 'onprem bundle keygen' wrote into ~/.config/onprem/keys or $ONPREM_KEY_DIR)")
+	f.BoolVar(&a.Unsigned, "unsigned", false, "write the bundle without a signature (every command then refuses it without --allow-unsigned)")
 	f.StringArrayVar(&a.ImageSources, "image-source", nil, "NAME=PATH: take image NAME from a docker-archive tarball or an OCI layout folder (repeatable)")
 	f.StringVar(&a.OCILayout, "oci-layout", "", "take the images from this OCI layout folder, by reference annotation")
 	f.StringVar(&a.Platform, "platform", action.DefaultBundlePlatform, "platform picked from multi-platform images")
@@ -160,13 +176,14 @@ func newBundleVerifyCmd() *cobra.Command {
 		Short: "Check every file of a bundle against its checksums, and its signature",
 		Long: `Check a bundle: the SHA-256 of every file against the checksums file (read
 as a stream; nothing is extracted), that nothing was added or removed, that
-every image the release names is complete, and, with --public-key, the
-ed25519 signature of the checksums. An unsigned bundle, or one signed with
-another key, is refused when --public-key is given.
+every image the release names is complete, and that the ed25519 signature
+of the checksums was made by a trusted key: one that onprem's releases name,
+or a --public-key file.
 
-On a mismatch the file at fault is named and the exit code is 1. Without
---public-key only accidental damage is detected: anyone can rewrite the
-checksums of a modified bundle.`,
+On a mismatch the file at fault is named and the exit code is 1. An
+unsigned bundle, one signed by a key that is not trusted, or one whose
+signature does not verify (changed after signing) is refused with exit code
+2; --allow-unsigned accepts the first two with a warning.`,
 		Example: `  onprem bundle verify platform-2.8.0.bundle --public-key bundle.pub`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -180,19 +197,16 @@ checksums of a modified bundle.`,
 				return err
 			}
 			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
-				sig := "unsigned"
-				switch {
-				case res.SignatureVerified:
-					sig = "signature by " + res.KeyID + " verified"
-				case res.Signed:
-					sig = "signed by " + res.KeyID + ", signature not checked (give --public-key)"
+				sig := "signature verified: " + res.TrustedBy
+				if !res.SignatureVerified {
+					sig = "NOT VERIFIED, accepted with --allow-unsigned: " + res.Unverified
 				}
 				fmt.Fprintf(w, "%s: platform %s, %d files (%.1f MiB) match their checksums; %s\n",
 					res.Path, res.Release, res.Files, float64(res.Bytes)/(1<<20), sig)
 			})
 		},
 	}
-	cmd.Flags().StringVar(&a.PublicKeyPath, "public-key", "", "require the bundle to be signed by this public key")
+	addTrustFlags(cmd, &a.PublicKeyPaths, &a.AllowUnsigned)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	return cmd
 }
@@ -203,7 +217,8 @@ func newBundlePushCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "push FILE --registry HOST[/PREFIX]",
 		Short: "Copy every image of a bundle to a private registry",
-		Long: `Verify a bundle (checksums, and the signature with --public-key), then copy
+		Long: `Verify a bundle (checksums, and its signature by a trusted key, as 'onprem
+bundle verify' does; nothing is copied from a bundle that fails), then copy
 every image to the private registry at the reference the installation pulls:
 the source registry host is replaced by HOST/PREFIX and the path kept, so
 docker.io/library/redis:7.2.7 becomes HOST/PREFIX/library/redis:7.2.7.
@@ -249,7 +264,7 @@ config. Progress goes to stderr; the summary to stdout.`,
 	f.StringVar(&a.Registry, "registry", "", "the private registry and path: HOST[:PORT][/PREFIX] (spec.registry.host and pathPrefix)")
 	f.BoolVar(&a.Insecure, "insecure", false, "the registry uses plain HTTP or a certificate this machine does not trust")
 	f.StringVar(&a.DockerConfig, "docker-config", "", "registry credentials: a docker config.json or a dockerconfigjson Secret (default: your docker config)")
-	f.StringVar(&a.PublicKeyPath, "public-key", "", "require the bundle to be signed by this public key")
+	addTrustFlags(cmd, &a.PublicKeyPaths, &a.AllowUnsigned)
 	f.IntVar(&a.Concurrency, "concurrency", bundle.DefaultPushConcurrency, "blobs uploaded at once")
 	f.StringVarP(&format, "output", "o", output.Table, "summary on stdout: table, json or yaml")
 	return cmd
@@ -258,11 +273,14 @@ config. Progress goes to stderr; the summary to stdout.`,
 func newBundleKeygenCmd() *cobra.Command {
 	a := &action.BundleKeygen{}
 	cmd := &cobra.Command{
-		Use:   "keygen --out DIR",
+		Use:   "keygen [--out DIR]",
 		Short: "Make an ed25519 key pair to sign and verify bundles",
 		Long: `Write a new ed25519 key pair: DIR/bundle.key (the private key, PKCS#8 PEM,
 mode 0600: keep it where bundles are made, never ship it) and DIR/bundle.pub
-(the public key, PEM: give it to whoever verifies or pushes bundles).
+(the public key, PEM: give it to whoever verifies, pushes or installs
+bundles; they trust it with --public-key or in spec.trust of onprem.yaml).
+Without --out, DIR is ~/.config/onprem/keys (or $ONPREM_KEY_DIR), where
+'onprem bundle create' finds the key by itself.
 Existing key files are never replaced unless --force is given.
 
 The signature is a detached ed25519 signature of the bundle's checksums
@@ -270,8 +288,9 @@ file, so it can also be checked without onprem:
 
   tar -xf platform.bundle checksums checksums.sig
   openssl pkeyutl -verify -pubin -inkey bundle.pub -rawin -in checksums -sigfile checksums.sig`,
-		Example: `  onprem bundle keygen --out keys/`,
-		Args:    cobra.NoArgs,
+		Example: `  onprem bundle keygen
+  onprem bundle keygen --out keys/`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			res, err := a.Run(cmd.Context())
 			if err != nil {
@@ -281,7 +300,7 @@ file, so it can also be checked without onprem:
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&a.Dir, "out", "", "folder to write bundle.key and bundle.pub into")
+	cmd.Flags().StringVar(&a.Dir, "out", "", "folder to write bundle.key and bundle.pub into (default: ~/.config/onprem/keys, or $ONPREM_KEY_DIR)")
 	cmd.Flags().BoolVar(&a.Force, "force", false, "replace existing key files")
 	return cmd
 }

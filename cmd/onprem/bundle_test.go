@@ -8,12 +8,14 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"onprem.dev/onprem/installer/backupfile"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -144,20 +146,59 @@ func TestBundleCommands(t *testing.T) {
 	}
 
 	code, stdout, stderr = bundleCLI(t, "verify", file, "--public-key", filepath.Join(keys, "bundle.pub"))
-	if code != exitOK || !strings.Contains(stdout, "signature by sha256:") || !strings.Contains(stdout, "verified") || !strings.Contains(stderr, "verify: ") {
+	if code != exitOK || !strings.Contains(stdout, "signature verified: sha256:") || !strings.Contains(stdout, "from --public-key") || !strings.Contains(stderr, "verify: ") {
 		t.Errorf("verify: %d %q %q", code, stdout, stderr)
 	}
-	code, stdout, _ = bundleCLI(t, "verify", file, "-o", "json")
-	var vr struct {
-		Signed, SignatureVerified bool
-	}
-	if code != exitOK || json.Unmarshal([]byte(stdout), &vr) != nil || !vr.Signed || vr.SignatureVerified {
-		t.Errorf("verify -o json without a key: %d %s", code, stdout)
-	}
+	// A key that is not trusted (none given; another one): exit 2 with
+	// the fixes; --allow-unsigned accepts it, warns and says so.
 	other := filepath.Join(dir, "other")
 	bundleCLI(t, "keygen", "--out", other)
-	if code, stdout, stderr := bundleCLI(t, "verify", file, "--public-key", filepath.Join(other, "bundle.pub")); code != exitFailure || stdout != "" || !strings.Contains(stderr, "signature does not verify") {
-		t.Errorf("verify with another key: %d %q %q", code, stdout, stderr)
+	for _, extra := range [][]string{nil, {"--public-key", filepath.Join(other, "bundle.pub")}} {
+		code, stdout, stderr := bundleCLI(t, append([]string{"verify", file}, extra...)...)
+		if code != exitInput || stdout != "" || !strings.Contains(stderr, "which is not trusted") || !strings.Contains(stderr, "--allow-unsigned") {
+			t.Errorf("verify with %v: %d %q %q", extra, code, stdout, stderr)
+		}
+	}
+	code, stdout, stderr = bundleCLI(t, "verify", file, "--allow-unsigned", "-o", "json")
+	var vr struct {
+		Signed, SignatureVerified bool
+		Unverified                string
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &vr) != nil || !vr.Signed || vr.SignatureVerified || !strings.Contains(vr.Unverified, "not trusted") ||
+		!strings.Contains(stderr, "without a trusted signature") {
+		t.Errorf("verify --allow-unsigned -o json: %d %s %s", code, stdout, stderr)
+	}
+
+	// The SBOMs the bundle carries, once it is verified.
+	pub := filepath.Join(keys, "bundle.pub")
+	code, stdout, stderr = cli(t, dir, "sbom", "--bundle", file, "--public-key", pub)
+	if code != exitOK || !strings.Contains(stdout, "IMAGE") || !strings.Contains(stdout, "pipelines-api") || strings.Count(stdout, "\n") != 43 {
+		t.Errorf("sbom: %d %q %q", code, stdout, stderr)
+	}
+	code, stdout, _ = cli(t, dir, "sbom", "--bundle", file, "--public-key", pub, "-o", "spdx-json", "--image", "redis")
+	var spdxDoc struct {
+		SPDXVersion string
+		Packages    []struct{ Name, PrimaryPackagePurpose string }
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &spdxDoc) != nil || spdxDoc.SPDXVersion != "SPDX-2.3" || len(spdxDoc.Packages) < 2 || spdxDoc.Packages[1].Name != "redis" {
+		t.Errorf("sbom -o spdx-json: %d %.300s", code, stdout)
+	}
+	code, stdout, _ = cli(t, dir, "sbom", "--bundle", file, "--public-key", pub, "-o", "cyclonedx-json")
+	var bom struct {
+		BOMFormat  string
+		Components []struct{ Type, Name string }
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &bom) != nil || bom.BOMFormat != "CycloneDX" || len(bom.Components) != 42 || bom.Components[0].Type != "container" {
+		t.Errorf("sbom -o cyclonedx-json: %d %.300s", code, stdout)
+	}
+	for _, args := range [][]string{
+		{"sbom", "--bundle", file, "--public-key", pub, "--image", "bogus"},
+		{"sbom", "--bundle", file, "-o", "xml"},
+		{"sbom"},
+	} {
+		if code, _, stderr := cli(t, dir, args...); code != exitInput {
+			t.Errorf("%v: exit %d %s", args, code, stderr)
+		}
 	}
 
 	host := testservers.Registry(t, testservers.WithBasicAuth("u", "p"))
@@ -178,12 +219,12 @@ func TestBundleCommands(t *testing.T) {
 	if !strings.HasPrefix(sum.Images[0].Reference, host+"/onprem/library/traefik:v3.6.12@sha256:") {
 		t.Errorf("pushed to %s", sum.Images[0].Reference)
 	}
-	code, stdout, _ = bundleCLI(t, "push", file, "--registry", host+"/onprem", "--docker-config", regcred)
+	code, stdout, _ = bundleCLI(t, "push", file, "--registry", host+"/onprem", "--docker-config", regcred, "--public-key", filepath.Join(keys, "bundle.pub"))
 	if code != exitOK || !strings.Contains(stdout, "pushed 42 images to "+host+"/onprem") || !strings.Contains(stdout, "0 blobs copied") {
 		t.Errorf("second push: %d %s", code, stdout)
 	}
 	// Refused credentials: exit 1.
-	if code, stdout, stderr := bundleCLI(t, "push", file, "--registry", host+"/onprem"); code != exitFailure || stdout != "" || !strings.Contains(stderr, "registry refused credentials for "+host) {
+	if code, stdout, stderr := bundleCLI(t, "push", file, "--registry", host+"/onprem", "--public-key", filepath.Join(keys, "bundle.pub")); code != exitFailure || stdout != "" || !strings.Contains(stderr, "registry refused credentials for "+host) {
 		t.Errorf("push without credentials: %d %q %q", code, stdout, stderr)
 	}
 }
@@ -193,7 +234,7 @@ func TestBundleCommands(t *testing.T) {
 // push again copies the rest.
 func TestBundlePushFailureSaysWhatWasCopied(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "p.bundle")
-	if code, _, stderr := bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", bundleLayout(t)); code != exitOK {
+	if code, _, stderr := bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", bundleLayout(t), "--unsigned"); code != exitOK {
 		t.Fatalf("create: %d %s", code, stderr)
 	}
 	reg := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
@@ -207,7 +248,7 @@ func TestBundlePushFailureSaysWhatWasCopied(t *testing.T) {
 	}))
 	defer srv.Close()
 	host := strings.TrimPrefix(srv.URL, "http://")
-	code, stdout, stderr := bundleCLI(t, "push", file, "--registry", host+"/onprem")
+	code, stdout, stderr := bundleCLI(t, "push", file, "--registry", host+"/onprem", "--allow-unsigned")
 	if code != exitFailure || stdout != "" || !strings.Contains(stderr, "blobs were copied before the failure; run the same push again") || !strings.Contains(stderr, "refused by the test") {
 		t.Errorf("push: %d %q %q", code, stdout, stderr)
 	}
@@ -216,6 +257,12 @@ func TestBundlePushFailureSaysWhatWasCopied(t *testing.T) {
 func TestBundleCommandErrors(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "p.bundle")
+	// A signing key where create finds it by itself.
+	keys := t.TempDir()
+	t.Setenv("ONPREM_KEY_DIR", keys)
+	if code, _, stderr := bundleCLI(t, "keygen"); code != exitOK {
+		t.Fatalf("keygen: %s", stderr)
+	}
 
 	// A missing image: named, exit 1, no file left.
 	code, stdout, stderr := bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", bundleLayout(t, "redis"))
@@ -256,7 +303,8 @@ func TestBundleCommandErrors(t *testing.T) {
 		{[]string{"push", file, "--registry", "reg.local", "--concurrency", "0"}, "--concurrency"},
 		{[]string{"push", file, "--registry", "reg.local", "-o", "xml"}, "-o xml"},
 		{[]string{"push", file, "--registry", "reg.local", "--bogus-flag"}, "bogus-flag"},
-		{[]string{"keygen"}, "--out"},
+		{[]string{"keygen"}, "--force"},
+		{[]string{"create", "--version", "2.8.0", "-o", file, "--unsigned", "--key", filepath.Join(keys, "bundle.key")}, "give one"},
 		{[]string{"keygen", "--out", dir, "extra"}, "unknown command"},
 	} {
 		// The bundle file exists for the checks that come after it.
@@ -278,4 +326,61 @@ func TestBundleCommandErrors(t *testing.T) {
 			t.Errorf("%s of a file that is not a bundle: %d %q", verb, code, stderr)
 		}
 	}
+}
+
+// Signed by default: create without a key is refused with the command that
+// makes one, and every command that takes a bundle refuses an unsigned one
+// with exit 2 and the fix, before it connects to anything; --allow-unsigned
+// lets it through with a warning.
+func TestUnsignedBundlesAreRefused(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("ONPREM_KEY_DIR", filepath.Join(dir, "no-keys"))
+	oci := bundleLayout(t)
+	file := filepath.Join(dir, "platform.bundle")
+	code, stdout, stderr := bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", oci)
+	if code != exitInput || stdout != "" || !strings.Contains(stderr, "onprem bundle keygen") || !strings.Contains(stderr, filepath.Join(dir, "no-keys", "bundle.key")) {
+		t.Fatalf("create without a key: %d %q %q", code, stdout, stderr)
+	}
+	if _, err := os.Stat(file); err == nil {
+		t.Fatal("a refused create wrote the bundle")
+	}
+	if code, stdout, stderr = bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", oci, "--unsigned"); code != exitOK || !strings.Contains(stdout, "unsigned") {
+		t.Fatalf("create --unsigned: %d %q %q", code, stdout, stderr)
+	}
+
+	cfg := filepath.Join(dir, "onprem.yaml")
+	os.WriteFile(cfg, []byte("apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n  registry: {host: registry.internal:5000, pathPrefix: onprem}\n"), 0o644)
+	recipient, identity := backupKeys(t, dir)
+	backup := writeBackup(t, t.TempDir(), recipient)
+	none := filepath.Join(dir, "no-kubeconfig")
+	for _, args := range [][]string{
+		{"bundle", "verify", file},
+		{"bundle", "push", file, "--registry", "registry.internal:5000/onprem"},
+		{"install", "-c", cfg, "--bundle", file, "--kubeconfig", none},
+		{"upgrade", "apply", "-c", cfg, "--bundle", file, "--kubeconfig", none},
+		{"restore", "--from", backup, "--identity", identity, "--bundle", file, "--kubeconfig", none},
+		{"render", "-c", cfg, "--bundle", file},
+		{"sbom", "--bundle", file},
+	} {
+		code, stdout, stderr := cli(t, dir, args...)
+		if code != exitInput || stdout != "" || !strings.Contains(stderr, "the bundle is not signed") || !strings.Contains(stderr, "--allow-unsigned") {
+			t.Errorf("%v: exit %d, %q; want 2 saying it is not signed and how to go on", args, code, stderr)
+		}
+	}
+	code, stdout, stderr = cli(t, dir, "render", "-c", cfg, "--bundle", file, "--allow-unsigned")
+	if code != exitOK || !strings.Contains(stdout, "kind: Deployment") || !strings.Contains(stderr, "without a trusted signature") {
+		t.Errorf("render --allow-unsigned: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// backupKeys makes a backup key pair in dir and returns its recipient and
+// identity files.
+func backupKeys(t *testing.T, dir string) (recipient, identity string) {
+	t.Helper()
+	code, stdout, stderr := cli(t, dir, "backup", "keygen", "--out", "backup-keys", "-o", "json")
+	var kg backupfile.KeygenResult
+	if code != exitOK || json.Unmarshal([]byte(stdout), &kg) != nil {
+		t.Fatalf("backup keygen: %d %s %s", code, stdout, stderr)
+	}
+	return kg.RecipientFile, kg.IdentityFile
 }

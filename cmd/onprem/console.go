@@ -100,7 +100,7 @@ cluster cannot be reached at start.`,
 	addTargetFlags(cmd, target)
 	cmd.Flags().Lookup("config").Usage = "the installation's configuration file: its namespace, the checks, upgrades and the Configuration page"
 	cmd.Flags().StringArrayVar(&src.Bundles, "bundle", nil, "an air-gapped bundle whose version the Upgrade page offers ('onprem bundle create'; repeatable)")
-	cmd.Flags().StringVar(&src.PublicKey, "public-key", "", "public key file every --bundle must be signed with")
+	addTrustFlags(cmd, &src.PublicKeys, &src.AllowUnsigned)
 	cmd.Flags().DurationVar(&src.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready in upgrades and installs from the console")
 	cmd.Flags().StringVar(&o.Listen, "listen", console.DefaultListen, "host:port to serve on (loopback unless TLS or --insecure)")
 	cmd.Flags().StringVar(&o.TLSCert, "tls-cert", "", "certificate (PEM) to serve HTTPS with")

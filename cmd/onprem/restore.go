@@ -105,7 +105,7 @@ above; nothing changed), 3 cluster unreachable.`,
 	keyFlags(cmd, &a.Keys, false, &passFile)
 	cmd.Flags().StringVarP(&a.ConfigPath, "config", "c", "", "restore with this configuration instead of the backup's (its spec.version must be the backup's)")
 	cmd.Flags().StringArrayVar(&a.Bundles, "bundle", nil, "install from this air-gapped bundle of the backup's version ('onprem bundle create')")
-	cmd.Flags().StringVar(&a.PublicKey, "public-key", "", "refuse a bundle not signed with this key")
+	addTrustFlags(cmd, &a.PublicKeys, &a.AllowUnsigned)
 	cmd.Flags().BoolVar(&a.Force, "force", false, "restore into an installed platform, replacing its databases' contents")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm --force without asking")
 	cmd.Flags().BoolVar(&a.IncludeRedis, "include-redis", false, "also restore Redis's data when the backup has it")

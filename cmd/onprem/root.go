@@ -118,7 +118,7 @@ access.`,
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return inputError{err} })
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "warn", "log detail on stderr: debug, info, warn or error")
-	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newPreflightCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd(), newUpgradeCmd(), newRollbackCmd(), newAdoptCmd(), newBundleCmd(), newRunnerCmd(), newRuntimeCmd(), newLocalCmd(), newBackupCmd(), newRestoreCmd(), newSupportBundleCmd(), newDoctorCmd(), newRotateCmd(), newConsoleCmd())
+	root.AddCommand(newConfigCmd(), newRenderCmd(), newVersionsCmd(), newPreflightCmd(), newInstallCmd(), newStatusCmd(), newDiffCmd(), newUninstallCmd(), newUpgradeCmd(), newRollbackCmd(), newAdoptCmd(), newBundleCmd(), newRunnerCmd(), newRuntimeCmd(), newLocalCmd(), newBackupCmd(), newRestoreCmd(), newSupportBundleCmd(), newDoctorCmd(), newRotateCmd(), newConsoleCmd(), newSBOMCmd())
 	// Cobra adds these two when it runs; added now, they get the same
 	// strictness as every other group below.
 	root.InitDefaultHelpCmd()
@@ -233,7 +233,14 @@ func addSourceFlags(cmd *cobra.Command, src *action.Source) {
 // upgrade from air-gapped bundles.
 func addBundleFlags(cmd *cobra.Command, src *action.Source) {
 	cmd.Flags().StringArrayVar(&src.Bundles, "bundle", nil, "use this air-gapped bundle's release, charts and manifests ('onprem bundle create'); its images are pulled from spec.registry by digest (repeatable: one per version of an upgrade path)")
-	cmd.Flags().StringVar(&src.PublicKey, "public-key", "", "refuse a bundle not signed with this key (a file from 'onprem bundle keygen')")
+	addTrustFlags(cmd, &src.PublicKeys, &src.AllowUnsigned)
+}
+
+// addTrustFlags adds --public-key and --allow-unsigned to a command that
+// takes bundles.
+func addTrustFlags(cmd *cobra.Command, keys *[]string, allow *bool) {
+	cmd.Flags().StringArrayVar(keys, "public-key", nil, "trust bundles signed with this public key (bundle.pub from 'onprem bundle keygen'), besides the keys onprem's releases name and spec.trust (repeatable)")
+	cmd.Flags().BoolVar(allow, "allow-unsigned", false, "accept a bundle that is unsigned or signed by a key that is not trusted: a warning, recorded in the history")
 }
 
 func chain(a, b func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {

@@ -97,7 +97,7 @@ func addRunnerSourceFlags(cmd *cobra.Command, src *action.Source) {
 		return nil
 	})
 	cmd.Flags().StringArrayVar(&src.Bundles, "bundle", nil, "the air-gapped bundle of the installed platform version ('onprem bundle create'): its charts, and images from spec.registry")
-	cmd.Flags().StringVar(&src.PublicKey, "public-key", "", "refuse a bundle not signed with this key (a file from 'onprem bundle keygen')")
+	addTrustFlags(cmd, &src.PublicKeys, &src.AllowUnsigned)
 }
 
 // addRunnerTargetFlags adds -c and --platform-namespace for commands that

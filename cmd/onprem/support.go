@@ -32,7 +32,7 @@ func addCollectFlags(cmd *cobra.Command, a *action.Collect) {
 	addClusterFlags(cmd, &a.Cluster)
 	addTargetFlags(cmd, &a.Target)
 	cmd.Flags().StringArrayVar(&a.Bundles, "bundle", nil, "air-gapped bundle of the installed version, for the preflight checks when onprem does not embed it (repeatable)")
-	cmd.Flags().StringVar(&a.PublicKey, "public-key", "", "public key the bundles must be signed with")
+	addTrustFlags(cmd, &a.PublicKeys, &a.AllowUnsigned)
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", snap.DefaultConcurrency, "collectors and log reads run at once")
 	cmd.Flags().DurationVar(&a.Timeout, "collector-timeout", snap.DefaultTimeout, "time limit of each collector (one that runs out keeps what it had)")
 	cmd.Flags().BoolVar(&a.NoPreflight, "no-preflight", false, "do not run the preflight checks")

@@ -10,9 +10,10 @@
 //     (NetworkPolicies enforced: every flow of the platform below works
 //     only if its policies allow it), and starts a registry (CNCF
 //     distribution) on this machine's address on kind's network;
-//  3. `onprem bundle create` for each version it uses, from an OCI layout
-//     of the locally built images, and `onprem bundle push` to that
-//     registry;
+//  3. `onprem bundle keygen`, `onprem bundle create` for each version it
+//     uses, from an OCI layout of the locally built images, signed by
+//     default, and `onprem bundle push` to that registry (verifying the
+//     signature); every configuration trusts the key in spec.trust;
 //  4. `onprem preflight`, then `onprem install --bundle` of the oldest
 //     version; every component Ready and no component drifted from its
 //     release (`onprem status`, as after every later operation); `onprem

@@ -39,6 +39,9 @@ type env struct {
 	client     *http.Client
 	timing     *timing
 	steps      []stepTime
+	// publicKeyFile is bundle.pub of the key the e2e's bundles are signed
+	// with (signingKeys); every configuration trusts it in spec.trust.
+	publicKeyFile string
 }
 
 type stepTime struct {
@@ -173,6 +176,17 @@ func (e *env) writeConfig(name, version string, extraOverlays ...string) string 
 			overlays = append(overlays, o)
 		}
 	}
+	trust := ""
+	if e.publicKeyFile != "" {
+		pem, err := os.ReadFile(e.publicKeyFile)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		trust = "  trust:\n    - name: e2e vendor\n      publicKey: |\n"
+		for l := range strings.Lines(string(pem)) {
+			trust += "        " + l
+		}
+	}
 	cfg := fmt.Sprintf(`apiVersion: onprem.dev/v1alpha1
 kind: Installation
 spec:
@@ -187,12 +201,22 @@ spec:
         nodePorts: {http: 30080, https: %d}
   overlays: [%s]
   runtimeConfig: {accountId: %s}
-`, version, namespace, domain, e.registry, httpsNodePort, strings.Join(overlays, ", "), e2eAccount)
+`, version, namespace, domain, e.registry, httpsNodePort, strings.Join(overlays, ", "), e2eAccount) + trust
 	path := filepath.Join(e.dir, name)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
 	return path
+}
+
+// signingKeys makes the key pair the e2e's bundles are signed with, in dir,
+// which 'onprem bundle create' then uses by itself (ONPREM_KEY_DIR of the
+// commands e.onprem runs).
+func (e *env) signingKeys(dir string) {
+	e.t.Helper()
+	e.t.Setenv("ONPREM_KEY_DIR", dir)
+	e.onprem("bundle", "keygen")
+	e.publicKeyFile = filepath.Join(dir, "bundle.pub")
 }
 
 // e2eAccount is the platform account the e2e's runtime registers with.

@@ -107,11 +107,18 @@ func TestPlatform(t *testing.T) {
 		// The real runtime chart, as published (../shared/upstream), served
 		// the way an operator's mirror serves it.
 		charts := runtimetest.ServeUpstreamOCI(t, chartVersions...)
+		// Bundles are signed, as a vendor signs them: the key is made
+		// once where 'bundle create' finds it; the public key is what
+		// every configuration trusts (spec.trust) and push is given.
+		e.signingKeys(filepath.Join(dir, "keys"))
 		for _, v := range versions {
 			b := filepath.Join(dir, "platform-"+v+".bundle")
-			e.onprem("bundle", "create", "--version", v, "--oci-layout", layoutDir,
+			out := e.onprem("bundle", "create", "--version", v, "--oci-layout", layoutDir,
 				"--chart-repository", charts, "--chart-plain-http", "-o", b)
-			e.onprem("bundle", "push", b, "--registry", e.registry+"/onprem", "--insecure")
+			if !strings.Contains(out, "signed with key sha256:") {
+				t.Fatalf("bundle create did not sign: %s", out)
+			}
+			e.onprem("bundle", "push", b, "--registry", e.registry+"/onprem", "--insecure", "--public-key", e.publicKeyFile)
 			bundles[v] = b
 		}
 	})

@@ -72,7 +72,7 @@ func (e *env) supportBundle(ctx context.Context, bundle string) {
 	e.t.Helper()
 	file := filepath.Join(e.dir, "support.tar.gz")
 	t0 := time.Now()
-	e.onprem("support-bundle", "--file", file, "--kubeconfig", e.kubeconfig, "--bundle", bundle)
+	e.onprem("support-bundle", "--file", file, "--kubeconfig", e.kubeconfig, "--bundle", bundle, "--public-key", e.publicKeyFile)
 	took := time.Since(t0)
 	st, err := os.Stat(file)
 	if err != nil {

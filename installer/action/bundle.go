@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"onprem.dev/onprem/installer/chartfetch"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"onprem.dev/onprem/installer/chartfetch"
+	"onprem.dev/onprem/installer/signing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -63,8 +65,13 @@ type BundleCreate struct {
 	// Insecure lets the source registries use plain HTTP or untrusted
 	// certificates (--insecure).
 	Insecure bool
-	// KeyPath is the private key that signs the bundle (--key; optional).
+	// KeyPath is the private key that signs the bundle (--key; default:
+	// bundle.key in DefaultKeyDir, where 'onprem bundle keygen' writes it).
+	// Without a key the bundle is refused unless Unsigned is set.
 	KeyPath string
+	// Unsigned writes a bundle without a signature (--unsigned): every
+	// command that takes it then refuses it unless told --allow-unsigned.
+	Unsigned bool
 	// Concurrency bounds the images resolved at once (default 4).
 	Concurrency int
 	// Progress receives byte counts while blobs are copied.
@@ -80,6 +87,10 @@ type BundleCreate struct {
 func (c *BundleCreate) Run(ctx context.Context) (*bundle.CreateResult, error) {
 	if c.Output == "" {
 		return nil, inputErr(errors.New("-o FILE: where to write the bundle is required"))
+	}
+	key, err := c.signingKey()
+	if err != nil {
+		return nil, err
 	}
 	plat, err := parseBundlePlatform(c.Platform)
 	if err != nil {
@@ -110,14 +121,51 @@ func (c *BundleCreate) Run(ctx context.Context) (*bundle.CreateResult, error) {
 			return render.ReleaseImages(ctx, render.ImageOptions{Release: rel, PlatformImages: platformImages, RuntimeChart: runtimeChart})
 		},
 	}
-	if c.KeyPath != "" {
-		k, err := bundle.LoadPrivateKey(c.KeyPath)
-		if err != nil {
-			return nil, inputErr(err)
-		}
-		opts.SigningKey = k
-	}
+	opts.SigningKey = key
 	return bundle.Create(ctx, opts)
+}
+
+// signingKey reads the key the bundle is signed with: --key, or the one
+// 'onprem bundle keygen' wrote into DefaultKeyDir. None is refused with
+// the command that makes one, unless Unsigned.
+func (c *BundleCreate) signingKey() (ed25519.PrivateKey, error) {
+	if c.Unsigned {
+		if c.KeyPath != "" {
+			return nil, inputErr(errors.New("--key and --unsigned: give one"))
+		}
+		return nil, nil
+	}
+	p := c.KeyPath
+	if p == "" {
+		dir, err := DefaultKeyDir()
+		if err != nil {
+			return nil, inputErr(fmt.Errorf("no --key given and %w", err))
+		}
+		p = filepath.Join(dir, bundle.PrivateKeyFile)
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			return nil, inputErr(fmt.Errorf("bundles are signed, and there is no signing key: make one with 'onprem bundle keygen' (it writes %s, used from then on), or give --key FILE; --unsigned writes a bundle that every command refuses without --allow-unsigned", p))
+		}
+	}
+	k, err := signing.LoadPrivateKey(p)
+	if err != nil {
+		return nil, inputErr(fmt.Errorf("--key: %w", err))
+	}
+	return k, nil
+}
+
+// DefaultKeyDir is where 'onprem bundle keygen' writes the signing key pair
+// when given no --out, and where 'onprem bundle create' looks for it:
+// $ONPREM_KEY_DIR, else onprem/keys in the user's configuration folder
+// (~/.config/onprem/keys on Linux).
+func DefaultKeyDir() (string, error) {
+	if d := os.Getenv("ONPREM_KEY_DIR"); d != "" {
+		return d, nil
+	}
+	d, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("the user's configuration folder is unknown (%w): set ONPREM_KEY_DIR", err)
+	}
+	return filepath.Join(d, "onprem", "keys"), nil
 }
 
 // parseBundlePlatform parses os/arch[/variant] (empty: linux/amd64).
@@ -238,16 +286,14 @@ func checkBundleFile(p string) error {
 	return nil
 }
 
-// loadBundlePublicKey reads the key the bundle must be signed with (none: nil).
-func loadBundlePublicKey(p string) (ed25519.PublicKey, error) {
-	if p == "" {
-		return nil, nil
-	}
-	k, err := bundle.LoadPublicKey(p)
+// bundleTrust is the keyring of the bundle verbs that take no
+// configuration: the keys the embedded releases name and --public-key.
+func bundleTrust(paths []string, allowUnsigned bool) (bundle.Trust, error) {
+	set, err := release.Embedded()
 	if err != nil {
-		return nil, inputErr(err)
+		return bundle.Trust{}, err
 	}
-	return k, nil
+	return Source{PublicKeys: paths, AllowUnsigned: allowUnsigned}.trust(set)
 }
 
 // BundleInspect lists what a bundle holds. It reads only the bundle's
@@ -270,29 +316,35 @@ func (i *BundleInspect) Run(ctx context.Context) (*bundle.Inspection, error) {
 	return b.Inspect()
 }
 
-// BundleVerify checks every file of a bundle against its checksums and,
-// with PublicKeyPath, its signature.
+// BundleVerify checks every file of a bundle against its checksums and its
+// signature against the trusted keys.
 type BundleVerify struct {
 	// Path is the bundle file.
 	Path string
-	// PublicKeyPath, when set, requires the bundle to be signed by this
-	// key (--public-key): an unsigned bundle or another key is refused.
-	PublicKeyPath string
+	// PublicKeyPaths are files of public keys trusted besides the ones the
+	// embedded releases name (--public-key).
+	PublicKeyPaths []string
+	// AllowUnsigned accepts an unsigned bundle, or one signed by a key
+	// that is not trusted, and says so (--allow-unsigned).
+	AllowUnsigned bool
 	// Progress receives byte counts while the checksums are verified.
 	Progress bundle.ProgressFunc
 }
 
 // Run verifies the bundle. A mismatch is a *bundle.CorruptError naming the
-// file; a wrong signature a *bundle.SignatureError.
+// file; an unsigned bundle (bundle.ErrUnsigned), an untrusted key
+// (*bundle.UntrustedKeyError) or a signature that does not verify
+// (*bundle.SignatureError) an *InputError.
 func (v *BundleVerify) Run(ctx context.Context) (*bundle.VerifyResult, error) {
 	if err := checkBundleFile(v.Path); err != nil {
 		return nil, err
 	}
-	k, err := loadBundlePublicKey(v.PublicKeyPath)
+	trust, err := bundleTrust(v.PublicKeyPaths, v.AllowUnsigned)
 	if err != nil {
 		return nil, err
 	}
-	return bundle.Verify(ctx, v.Path, bundle.OpenOptions{PublicKey: k, Progress: v.Progress})
+	res, err := bundle.Verify(ctx, v.Path, bundle.OpenOptions{Trust: trust, Progress: v.Progress})
+	return res, trustErr(err)
 }
 
 // BundlePush verifies a bundle, then copies every image to a private
@@ -310,9 +362,9 @@ type BundlePush struct {
 	// with the registry's credentials (--docker-config; default: the
 	// user's docker config).
 	DockerConfig string
-	// PublicKeyPath, when set, requires the bundle to be signed by this
-	// key (--public-key).
-	PublicKeyPath string
+	// PublicKeyPaths and AllowUnsigned: as for BundleVerify.
+	PublicKeyPaths []string
+	AllowUnsigned  bool
 	// Concurrency is the number of blobs uploaded at once; at least 1
 	// (NewBundlePush sets bundle.DefaultPushConcurrency).
 	Concurrency int
@@ -346,13 +398,13 @@ func (p *BundlePush) Run(ctx context.Context) (*bundle.PushSummary, error) {
 			return nil, err
 		}
 	}
-	k, err := loadBundlePublicKey(p.PublicKeyPath)
+	trust, err := bundleTrust(p.PublicKeyPaths, p.AllowUnsigned)
 	if err != nil {
 		return nil, err
 	}
-	b, err := bundle.Open(ctx, p.Path, bundle.OpenOptions{PublicKey: k, Progress: p.Progress})
+	b, err := bundle.Open(ctx, p.Path, bundle.OpenOptions{Trust: trust, Progress: p.Progress})
 	if err != nil {
-		return nil, err
+		return nil, trustErr(err)
 	}
 	defer b.Close()
 	return bundle.Push(ctx, bundle.PushOptions{
@@ -381,7 +433,8 @@ func parsePushRegistry(s string) (host, prefix string, err error) {
 
 // BundleKeygen writes a new ed25519 key pair to sign and verify bundles.
 type BundleKeygen struct {
-	// Dir receives bundle.key and bundle.pub (--out; required).
+	// Dir receives bundle.key and bundle.pub (--out; default:
+	// DefaultKeyDir, where 'onprem bundle create' finds the key).
 	Dir string
 	// Force replaces existing key files (--force).
 	Force bool
@@ -391,7 +444,11 @@ type BundleKeygen struct {
 // Force is set.
 func (k *BundleKeygen) Run(ctx context.Context) (*bundle.KeygenResult, error) {
 	if k.Dir == "" {
-		return nil, inputErr(errors.New("--out DIR is required"))
+		d, err := DefaultKeyDir()
+		if err != nil {
+			return nil, inputErr(fmt.Errorf("no --out DIR given and %w", err))
+		}
+		k.Dir = d
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -6,14 +6,15 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"onprem.dev/onprem/installer/chartfetch"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"onprem.dev/onprem/installer/chartfetch"
+	"onprem.dev/onprem/installer/runtime/runtimetest"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -163,13 +164,15 @@ func TestBundleBadInputIsAnInputErrorAndWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := bundleKeys(t)
+	noKeys := t.TempDir()
+	t.Setenv("ONPREM_KEY_DIR", noKeys)
 	notLayout := t.TempDir()
 	garbage := filepath.Join(dir, "garbage")
 	os.WriteFile(garbage, []byte("not a key, not JSON"), 0o644)
 	missingConfig := filepath.Join(dir, "none.yaml")
 	create := func(mod func(c *BundleCreate)) func() error {
 		return func() error {
-			c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{Lookup: noEnv}, Version: "2.8.0", Output: out}
+			c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{Lookup: noEnv}, Version: "2.8.0", Output: out, KeyPath: keys.PrivateKey}
 			mod(c)
 			_, err := c.Run(ctx)
 			return err
@@ -202,13 +205,17 @@ func TestBundleBadInputIsAnInputErrorAndWritesNothing(t *testing.T) {
 		{"bad docker config", create(func(c *BundleCreate) { c.DockerConfig = garbage }), "--docker-config " + garbage},
 		{"missing key", create(func(c *BundleCreate) { c.KeyPath = filepath.Join(dir, "bundle.key") }), "bundle.key"},
 		{"public key to sign", create(func(c *BundleCreate) { c.KeyPath = keys.PublicKey }), keys.PublicKey},
+		// Signed by default: no key given and none made is refused, with
+		// the command that makes one.
+		{"no key anywhere", create(func(c *BundleCreate) { c.KeyPath = "" }), "make one with 'onprem bundle keygen' (it writes " + filepath.Join(noKeys, "bundle.key")},
+		{"key and unsigned", create(func(c *BundleCreate) { c.Unsigned = true }), "--key and --unsigned"},
 
 		{"inspect no file", func() error { _, err := (&BundleInspect{}).Run(ctx); return err }, "no bundle file"},
 		{"inspect missing", func() error { _, err := (&BundleInspect{Path: out}).Run(ctx); return err }, "no such file"},
 		{"inspect folder", func() error { _, err := (&BundleInspect{Path: dir}).Run(ctx); return err }, "is a folder"},
 		{"verify missing", func() error { _, err := (&BundleVerify{Path: out}).Run(ctx); return err }, "no such file"},
 		{"verify bad public key", func() error {
-			_, err := (&BundleVerify{Path: garbage, PublicKeyPath: keys.PrivateKey}).Run(ctx)
+			_, err := (&BundleVerify{Path: garbage, PublicKeyPaths: []string{keys.PrivateKey}}).Run(ctx)
 			return err
 		}, keys.PrivateKey},
 
@@ -218,9 +225,8 @@ func TestBundleBadInputIsAnInputErrorAndWritesNothing(t *testing.T) {
 		{"push zero value", func() error { _, err := (&BundlePush{Path: garbage, Registry: "reg.local"}).Run(ctx); return err }, "at least 1"},
 		{"push missing", push(func(p *BundlePush) { p.Path = out }), "no such file"},
 		{"push bad docker config", push(func(p *BundlePush) { p.DockerConfig = garbage }), "--docker-config"},
-		{"push missing public key", push(func(p *BundlePush) { p.PublicKeyPath = filepath.Join(dir, "bundle.pub") }), "bundle.pub"},
+		{"push missing public key", push(func(p *BundlePush) { p.PublicKeyPaths = []string{filepath.Join(dir, "bundle.pub")} }), "bundle.pub"},
 
-		{"keygen no folder", func() error { _, err := (&BundleKeygen{}).Run(ctx); return err }, "--out DIR"},
 		{"keygen over a key", func() error { _, err := (&BundleKeygen{Dir: filepath.Dir(keys.PrivateKey)}).Run(ctx); return err }, "--force"},
 	} {
 		err := c.run()
@@ -256,12 +262,17 @@ func TestBundleBadInputIsAnInputErrorAndWritesNothing(t *testing.T) {
 func TestBundleCreateVerifyInspectPush(t *testing.T) {
 	ctx := context.Background()
 	rel := bundleRelease280(t)
-	keys := bundleKeys(t)
+	// The key is made once, where create finds it by itself.
+	t.Setenv("ONPREM_KEY_DIR", filepath.Join(t.TempDir(), "keys"))
+	keys, err := (&BundleKeygen{}).Run(ctx)
+	if err != nil || filepath.Dir(keys.PrivateKey) != os.Getenv("ONPREM_KEY_DIR") {
+		t.Fatalf("keygen into the default folder: %+v %v", keys, err)
+	}
 	oci, imgs := bundleLayout(t, rel, config.DefaultPlatformImages)
 	file := filepath.Join(t.TempDir(), "platform.bundle")
 
 	var prog bundleProgress
-	res, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci, KeyPath: keys.PrivateKey, Progress: prog.fn()}).Run(ctx)
+	res, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci, Progress: prog.fn()}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,20 +287,32 @@ func TestBundleCreateVerifyInspectPush(t *testing.T) {
 		t.Errorf("create progress: %+v", p)
 	}
 
-	vres, err := (&BundleVerify{Path: file, PublicKeyPath: keys.PublicKey, Progress: prog.fn()}).Run(ctx)
+	vres, err := (&BundleVerify{Path: file, PublicKeyPaths: []string{keys.PublicKey}, Progress: prog.fn()}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !vres.SignatureVerified || vres.KeyID != keys.KeyID || vres.Release != "2.8.0" || vres.Files == 0 {
+	if !vres.SignatureVerified || vres.KeyID != keys.KeyID || vres.Release != "2.8.0" || vres.Files == 0 ||
+		!strings.Contains(vres.TrustedBy, "--public-key "+keys.PublicKey) {
 		t.Errorf("verify: %+v", vres)
 	}
 	if p, ok := prog.final("verify"); !ok || p.Done == 0 {
 		t.Errorf("verify progress: %+v", p)
 	}
+	// Not trusted: only the releases' own key, or another key. An input
+	// error (exit 2) naming the fixes; --allow-unsigned accepts it and says
+	// so.
 	other := bundleKeys(t)
-	var se *bundle.SignatureError
-	if _, err := (&BundleVerify{Path: file, PublicKeyPath: other.PublicKey}).Run(ctx); !errors.As(err, &se) || se.BundleKeyID != keys.KeyID {
-		t.Errorf("verify with another key: %v", err)
+	for _, paths := range [][]string{nil, {other.PublicKey}} {
+		_, err := (&BundleVerify{Path: file, PublicKeyPaths: paths}).Run(ctx)
+		var ue *bundle.UntrustedKeyError
+		var ie *InputError
+		if !errors.As(err, &ue) || ue.KeyID != keys.KeyID || !errors.As(err, &ie) || !strings.Contains(err.Error(), "onprem releases") {
+			t.Errorf("verify trusting %v: %v", paths, err)
+		}
+	}
+	vres, err = (&BundleVerify{Path: file, AllowUnsigned: true}).Run(ctx)
+	if err != nil || vres.SignatureVerified || !strings.Contains(vres.Unverified, "not trusted") {
+		t.Errorf("verify allowing unsigned: %+v %v", vres, err)
 	}
 
 	in, err := (&BundleInspect{Path: file}).Run(ctx)
@@ -307,9 +330,14 @@ func TestBundleCreateVerifyInspectPush(t *testing.T) {
 	}
 
 	host := testservers.Registry(t, testservers.WithBasicAuth("pusher", "s3cret"))
+	// Push refuses what it does not trust, before copying anything.
 	push := NewBundlePush()
-	push.Path, push.Registry, push.PublicKeyPath = file, host+"/onprem", keys.PublicKey
+	push.Path, push.Registry = file, host+"/onprem"
 	push.DockerConfig = bundleDockerConfig(t, host, "pusher", "s3cret")
+	if _, err := push.Run(ctx); !errors.As(err, new(*bundle.UntrustedKeyError)) {
+		t.Fatalf("push of an untrusted bundle: %v", err)
+	}
+	push.PublicKeyPaths = []string{keys.PublicKey}
 	push.Progress = prog.fn()
 	sum, err := push.Run(ctx)
 	if err != nil {
@@ -379,7 +407,7 @@ func TestBundleCreateTakesTheReleaseFromTheConfiguration(t *testing.T) {
 
 	// spec.version is 2.7.1: its images are not in the layout.
 	var ie *bundle.ImageError
-	_, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{ConfigPath: path, Lookup: noEnv}, Output: file, OCILayout: oci}).Run(ctx)
+	_, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{ConfigPath: path, Lookup: noEnv}, Output: file, OCILayout: oci, Unsigned: true}).Run(ctx)
 	if !errors.As(err, &ie) || !errors.Is(err, bundle.ErrImageNotFound) {
 		t.Fatalf("2.7.1 from a 2.8.0 layout: %v", err)
 	}
@@ -388,7 +416,7 @@ func TestBundleCreateTakesTheReleaseFromTheConfiguration(t *testing.T) {
 	}
 
 	// Version overrides spec.version; spec.images.platform still counts.
-	res, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{ConfigPath: path, Lookup: noEnv}, Version: "2.8.0", Output: file, OCILayout: oci}).Run(ctx)
+	res, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{ConfigPath: path, Lookup: noEnv}, Version: "2.8.0", Output: file, OCILayout: oci, Unsigned: true}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +457,7 @@ func TestBundleCreateImageSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "p.bundle")
-	c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci}
+	c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci, Unsigned: true}
 	var ie *bundle.ImageError
 	if _, err := c.Run(ctx); !errors.As(err, &ie) || ie.Name != "redis" && ie.Name != "traefik" {
 		t.Fatalf("without the image sources: %v", err)
@@ -488,7 +516,7 @@ func TestBundleCreateFromRegistriesWithDockerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "p.bundle")
-	c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{Releases: set.With(&rel)}, Version: "2.8.0", Output: file, Insecure: true,
+	c := &BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Source: Source{Releases: set.With(&rel)}, Version: "2.8.0", Output: file, Insecure: true, Unsigned: true,
 		DockerConfig: bundleDockerConfig(t, host, "reader", "wrong")}
 	var ae *bundle.AuthError
 	if _, err := c.Run(ctx); !errors.As(err, &ae) {
@@ -517,7 +545,8 @@ func TestBundlePushToDistribution(t *testing.T) {
 	rel := bundleRelease280(t)
 	oci, imgs := bundleLayout(t, rel, config.DefaultPlatformImages)
 	file := filepath.Join(t.TempDir(), "p.bundle")
-	if _, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci}).Run(ctx); err != nil {
+	keys := bundleKeys(t)
+	if _, err := (&BundleCreate{RuntimeChartRepository: runtimeMirror(t), RuntimeChart: chartfetch.Options{PlainHTTP: true}, Version: "2.8.0", Output: file, OCILayout: oci, KeyPath: keys.PrivateKey}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	host := testservers.Distribution(t)
@@ -546,7 +575,7 @@ func TestBundlePushToDistribution(t *testing.T) {
 	}
 
 	push := NewBundlePush()
-	push.Path, push.Registry = file, host+"/onprem"
+	push.Path, push.Registry, push.PublicKeyPaths = file, host+"/onprem", []string{keys.PublicKey}
 	sum, err := push.Run(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -190,6 +190,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	if err := store.Begin(ctx, st, state.Operation{
 		Kind: kind, Version: res.Version, FromVersion: st.Version, Started: start,
 		Installer: version.Version, Host: host, Components: componentNames(res), SkippedChecks: pre.Skipped,
+		Bundles: l.BundleUses(),
 	}); err != nil {
 		return nil, err
 	}

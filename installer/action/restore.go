@@ -65,9 +65,11 @@ type Restore struct {
 	// ConfigPath replaces the backup's configuration (a new cluster's
 	// storage class, say); its spec.version must be the backup's.
 	ConfigPath string
-	// Bundles and PublicKey: air-gapped bundles, as for install.
-	Bundles   []string
-	PublicKey string
+	// Bundles, PublicKeys and AllowUnsigned: air-gapped bundles, as for
+	// install.
+	Bundles       []string
+	PublicKeys    []string
+	AllowUnsigned bool
 	// Force allows restoring into an installed platform, replacing its
 	// databases' contents; Confirmed is the operator's confirmation.
 	Force, Confirmed bool
@@ -252,7 +254,7 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 	h.st.Installation, h.st.Namespace = in.Metadata.Name, ns
 	if err := h.store.Begin(lctx, h.st, state.Operation{
 		Kind: state.KindRestore, Version: m.Version, Installer: version.Version, Host: host,
-		Components: componentNames(res), SkippedChecks: pre.Skipped,
+		Components: componentNames(res), SkippedChecks: pre.Skipped, Bundles: l.BundleUses(),
 		Backup: &state.BackupRecord{Name: name, Where: store.String(), Trigger: m.Trigger, Version: m.Version, Databases: len(m.Databases())},
 	}); err != nil {
 		return nil, err
@@ -423,7 +425,7 @@ func (r *Restore) load(ctx context.Context, o *backup.Opened) (*Loaded, string, 
 			return nil, "", nil, err
 		}
 	}
-	src := Source{ConfigPath: path, Bundles: r.Bundles, PublicKey: r.PublicKey}
+	src := Source{ConfigPath: path, Bundles: r.Bundles, PublicKeys: r.PublicKeys, AllowUnsigned: r.AllowUnsigned}
 	if r.ConfigPath == "" {
 		// The platform's version is the backup's, whatever the kept file
 		// said (an upgrade --to another version than the file's).
@@ -606,7 +608,7 @@ func mergeState(st, saved *state.State, server string, made *state.BackupRecord,
 // cluster (each through its own action, under the lock), with their Git
 // sources and managed clusters. Those on other clusters were not lost.
 func (r *Restore) attach(ctx context.Context, o *backup.Opened, l *Loaded, cfgPath string, cl *kube.Cluster, out *RestoreResult) {
-	src := Source{ConfigPath: cfgPath, Bundles: r.Bundles, PublicKey: r.PublicKey}
+	src := Source{ConfigPath: cfgPath, Bundles: r.Bundles, PublicKeys: r.PublicKeys, AllowUnsigned: r.AllowUnsigned}
 	regs := o.Registrations
 	for _, name := range slices.Sorted(maps.Keys(regs.Runners)) {
 		rec := regs.Runners[name]

@@ -375,6 +375,7 @@ func TestRunnerFromABundle(t *testing.T) {
 	src, cl := clusterConfig(t, c, pipelinesPlatform+
 		"  registry: {host: \""+reg+"\", pathPrefix: onprem, insecure: true, pullSecret: regcred}\n  runners:\n    - name: airgap\n")
 	src.Bundles = []string{path}
+	trustTestKey(t, &src)
 	res, err := (&Install{Source: src, Cluster: cl, Timeout: 2 * time.Minute}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)

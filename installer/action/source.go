@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/sethvargo/go-envconfig"
 
 	"onprem.dev/onprem/installer/bundle"
 	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/signing"
+	"onprem.dev/onprem/installer/state"
 
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/release"
@@ -36,9 +39,14 @@ type Source struct {
 	// own charts and manifests. Every image is then pulled from
 	// spec.registry, which is required.
 	Bundles []string
-	// PublicKey, when set, is the file of the public key every bundle must
-	// be signed with.
-	PublicKey string
+	// PublicKeys are files of public keys trusted to sign the bundles,
+	// besides those the embedded releases name and spec.trust
+	// (--public-key).
+	PublicKeys []string
+	// AllowUnsigned accepts a bundle that is unsigned or signed by a key
+	// that is not trusted (--allow-unsigned): a warning is logged and the
+	// operation's history records it. Without it such a bundle is refused.
+	AllowUnsigned bool
 }
 
 // Loaded is a read, defaulted and validated configuration with its release.
@@ -52,6 +60,20 @@ type Loaded struct {
 	// from bundles, by version; the others use the embedded ones.
 	content map[string]content
 	bundles []*bundle.Bundle
+}
+
+// BundleUses says which bundles the releases came from and how each one's
+// signature was judged, for the operation's history.
+func (l *Loaded) BundleUses() []state.BundleUse {
+	var out []state.BundleUse
+	for _, b := range l.bundles {
+		u := state.BundleUse{Release: b.Release().Version, File: filepath.Base(b.Path())}
+		if p := b.Provenance(); p != nil {
+			u.Signer, u.TrustedBy, u.Unverified = p.KeyID, p.TrustedBy, p.Unverified
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // content is where one release's charts and manifests come from.
@@ -90,9 +112,15 @@ func (s Source) Load(ctx context.Context) (*Loaded, error) {
 		}
 	}
 	var opened []*bundle.Bundle
+	var trust bundle.Trust
 	cont := map[string]content{}
 	if len(s.Bundles) > 0 {
 		var err error
+		// The keys are those of the embedded releases (never a bundle's
+		// own manifest), the flags' and, once read, spec.trust's.
+		if trust, err = s.trust(set); err != nil {
+			return nil, err
+		}
 		opened, err = s.openBundles(ctx)
 		if err != nil {
 			return nil, err
@@ -149,6 +177,10 @@ func (s Source) Load(ctx context.Context) (*Loaded, error) {
 		closeAll()
 		return nil, fmt.Errorf("spec.version: %w", err)
 	}
+	if err := judgeBundles(opened, trust, in.Spec.Trust); err != nil {
+		closeAll()
+		return nil, err
+	}
 	if err := checkBundled(in, opened); err != nil {
 		closeAll()
 		return nil, inputErr(err)
@@ -156,18 +188,68 @@ func (s Source) Load(ctx context.Context) (*Loaded, error) {
 	return &Loaded{Installation: in, Source: src, Release: rel, Releases: set, content: cont, bundles: opened}, nil
 }
 
-// openBundles opens and verifies every bundle (checksums of every file,
-// and the signature when a public key is given). Two bundles of one
-// version are refused.
-func (s Source) openBundles(ctx context.Context) ([]*bundle.Bundle, error) {
-	var opts bundle.OpenOptions
-	if s.PublicKey != "" {
-		pub, err := bundle.LoadPublicKey(s.PublicKey)
+// trust is the keyring before spec.trust is known: the keys the releases
+// of set name (the embedded ones) and the files of --public-key.
+func (s Source) trust(set *release.Set) (bundle.Trust, error) {
+	ring, err := set.Keyring()
+	if err != nil {
+		return bundle.Trust{}, err
+	}
+	files, err := loadPublicKeys(s.PublicKeys)
+	if err != nil {
+		return bundle.Trust{}, err
+	}
+	return bundle.Trust{Keys: ring.With(files...), AllowUnsigned: s.AllowUnsigned}, nil
+}
+
+// loadPublicKeys reads the files of --public-key.
+func loadPublicKeys(paths []string) (signing.Keyring, error) {
+	var ring signing.Keyring
+	for _, p := range paths {
+		pk, err := signing.LoadPublicKey(p)
 		if err != nil {
 			return nil, inputErr(fmt.Errorf("--public-key: %w", err))
 		}
-		opts.PublicKey = pub
+		ring = ring.With(signing.Key{Origin: "--public-key " + p, Public: pk})
 	}
+	return ring, nil
+}
+
+// judgeBundles checks every bundle's signature against trust and the
+// operator's spec.trust. Refusals are input errors: the operator fixes
+// them with a key or --allow-unsigned.
+func judgeBundles(opened []*bundle.Bundle, trust bundle.Trust, spec []config.TrustedKey) error {
+	for i, k := range spec {
+		key, err := signing.ParseKey(k.Name, fmt.Sprintf("spec.trust[%d]", i), k.PublicKey)
+		if err != nil {
+			return inputErr(err) // validation reports it first
+		}
+		trust.Keys = trust.Keys.With(key)
+	}
+	for _, b := range opened {
+		if _, err := b.CheckTrust(trust); err != nil {
+			return trustErr(err)
+		}
+	}
+	return nil
+}
+
+// trustErr makes a refused signature an input error (exit 2): the fix is
+// the operator's.
+func trustErr(err error) error {
+	var ue *bundle.UntrustedKeyError
+	var se *bundle.SignatureError
+	if errors.Is(err, bundle.ErrUnsigned) || errors.As(err, &ue) || errors.As(err, &se) {
+		return inputErr(err)
+	}
+	return err
+}
+
+// openBundles opens and verifies every bundle's checksums; their
+// signatures are judged once spec.trust is read (judgeBundles). Two
+// bundles of one version are refused.
+func (s Source) openBundles(ctx context.Context) ([]*bundle.Bundle, error) {
+	opts := bundle.OpenOptions{DeferTrust: true}
 	var out []*bundle.Bundle
 	fail := func(err error) ([]*bundle.Bundle, error) {
 		for _, b := range out {

@@ -27,10 +27,11 @@ import (
 // bundle and doctor).
 type Collect struct {
 	Target
-	// Bundles and PublicKey are air-gapped bundles, for the preflight
+	// Bundles, PublicKeys and AllowUnsigned (as for action.Source) are air-gapped bundles, for the preflight
 	// checks of a platform version that is not embedded in onprem.
-	Bundles   []string
-	PublicKey string
+	Bundles       []string
+	PublicKeys    []string
+	AllowUnsigned bool
 	// Logs bound each container's log (snapshot defaults when zero).
 	Logs snapshot.LogLimits
 	// Concurrency and Timeout bound the collectors (snapshot defaults).
@@ -105,7 +106,7 @@ func snapshotDrift(ctx context.Context, cl *kube.Cluster, s *snapshot.Snapshot) 
 // -c file if there is one, else the one the last install recorded in the
 // cluster, at the installed version.
 func (a *Collect) preflight(ctx context.Context, cl *kube.Cluster, s *snapshot.Snapshot) (*preflight.Report, error) {
-	src := Source{Bundles: a.Bundles, PublicKey: a.PublicKey}
+	src := Source{Bundles: a.Bundles, PublicKeys: a.PublicKeys, AllowUnsigned: a.AllowUnsigned}
 	if a.ConfigPath != "" {
 		if _, err := os.Stat(a.ConfigPath); err == nil {
 			src.ConfigPath = a.ConfigPath

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"k8s.io/client-go/dynamic"
 	"os"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/dynamic"
 
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/backup"
@@ -288,6 +289,7 @@ func (u *UpgradeApply) Run(ctx context.Context) (*UpgradeResult, error) {
 	if err := p.store.Begin(ctx, p.st, state.Operation{
 		Kind: state.KindUpgrade, Version: p.plan.To, FromVersion: p.st.Version, Started: start,
 		Installer: version.Version, Host: host, Components: componentNames(last.Result), SkippedChecks: pre.Skipped,
+		Bundles: p.loaded.BundleUses(),
 	}); err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func BenchmarkPush(b *testing.B) {
 	if _, err := Create(context.Background(), CreateOptions{Release: f.rel, Output: out, Source: f.memorySource(), PlatformImages: f.platformImages}); err != nil {
 		b.Fatal(err)
 	}
-	bun, err := Open(context.Background(), out, OpenOptions{})
+	bun, err := Open(context.Background(), out, OpenOptions{Trust: allowUnsigned})
 	if err != nil {
 		b.Fatal(err)
 	}

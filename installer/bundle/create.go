@@ -13,7 +13,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +30,8 @@ import (
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/sbom"
+	"onprem.dev/onprem/installer/signing"
 	"onprem.dev/onprem/installer/version"
 	"onprem.dev/onprem/manifests"
 )
@@ -83,6 +87,8 @@ type CreateResult struct {
 	Release string `json:"release"`
 	Images  int    `json:"images"`
 	Blobs   int    `json:"blobs"`
+	// SBOMPackages counts the packages the images' SBOMs list.
+	SBOMPackages int `json:"sbomPackages"`
 	// Size is the size of the bundle file in bytes.
 	Size   int64  `json:"size"`
 	Signed bool   `json:"signed"`
@@ -105,6 +111,8 @@ type blob struct {
 	digest v1.Hash
 	size   int64
 	open   func() (io.ReadCloser, error)
+	// layer says the blob is a file system layer, scanned for the SBOM.
+	layer bool
 }
 
 // Create writes a bundle of a release: its images as one OCI layout (blobs
@@ -209,14 +217,14 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	meta := &Metadata{
 		FormatVersion: FormatVersion, Release: rel.Version, Created: opts.Created,
 		Creator: "onprem " + version.Version, PlatformImages: opts.PlatformImages,
-		Platform: platform.String(),
+		Platform: platform.String(), SBOM: SBOMFormat,
 	}
 	if opts.SigningKey != nil {
 		pub, ok := opts.SigningKey.Public().(ed25519.PublicKey)
 		if !ok || len(opts.SigningKey) != ed25519.PrivateKeySize {
 			return nil, errors.New("create bundle: the signing key is not a valid ed25519 private key")
 		}
-		meta.KeyID = KeyID(pub)
+		meta.KeyID = signing.KeyID(pub)
 	}
 	metaJSON, err := encodeMetadata(meta)
 	if err != nil {
@@ -261,6 +269,11 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
 	written := map[v1.Hash]bool{}
+	// Every layer is scanned for the SBOM once written (once, however many
+	// images share it), read back from the file while the next blobs are
+	// copied, on every core.
+	scans := newLayerScans(f, runtime.NumCPU())
+	defer scans.wait() // before the file is closed, on every return
 	index := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
 	for _, r := range resolved {
 		m.setItem(r.img.Name)
@@ -270,6 +283,9 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 			}
 			if err := writeBlob(out, b, m); err != nil {
 				return nil, fmt.Errorf("create bundle: %w", &ImageError{Name: r.img.Name, Reference: r.source, Err: err})
+			}
+			if b.layer {
+				scans.start(b.digest, out.dataStart, b.size)
 			}
 			written[b.digest] = true
 		}
@@ -319,6 +335,30 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	if _, err := out.tree(opts.Manifests, ".", manifestsDir); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
+	scanned := scans.wait()
+	packages := 0
+	for _, r := range resolved {
+		var layers []*sbom.Layer
+		for _, b := range r.blobs {
+			if l := scanned[b.digest]; b.layer && l != nil {
+				layers = append(layers, l)
+			}
+		}
+		inv := sbom.Merge(r.img.Name, r.source, r.img.Digest, layers)
+		var buf bytes.Buffer
+		doc := sbom.Document{
+			Name:      inv.Image + " " + inv.Reference,
+			Namespace: "https://onprem.dev/spdx/" + rel.Version + "/" + inv.Image + "/" + strings.TrimPrefix(inv.Digest, "sha256:"),
+			Tool:      "onprem-" + version.Version, Created: opts.Created,
+		}
+		if err := sbom.WriteSPDX(&buf, doc, inv); err != nil {
+			return nil, fmt.Errorf("create bundle: the SBOM of image %s: %w", inv.Image, err)
+		}
+		if err := out.bytes(sbomPath(inv.Image), buf.Bytes()); err != nil {
+			return nil, fmt.Errorf("create bundle: %w", err)
+		}
+		packages += len(inv.Packages)
+	}
 	if err := out.bytes(metadataFile, metaJSON); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
@@ -353,7 +393,7 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	syncDir(dir)
 	m.finish()
 	res = &CreateResult{
-		Path: opts.Output, Release: rel.Version, Images: len(resolved), Blobs: len(written),
+		Path: opts.Output, Release: rel.Version, Images: len(resolved), Blobs: len(written), SBOMPackages: packages,
 		Size: st.Size(), Signed: opts.SigningKey != nil, KeyID: meta.KeyID,
 		Seconds: time.Since(start).Seconds(),
 	}
@@ -428,6 +468,56 @@ func writeBlob(out *tarOut, b blob, m *meter) error {
 		return fmt.Errorf("blob %s: the source's content has digest sha256:%s", b.digest, sum)
 	}
 	return nil
+}
+
+// layerScans scans written layers for the SBOM in the background, a few
+// at a time, reading them back from the bundle file (the page cache, not
+// the source again).
+type layerScans struct {
+	ra     io.ReaderAt
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	layers map[v1.Hash]*sbom.Layer
+}
+
+func newLayerScans(ra io.ReaderAt, n int) *layerScans {
+	return &layerScans{ra: ra, sem: make(chan struct{}, max(1, n)), layers: map[v1.Hash]*sbom.Layer{}}
+}
+
+// start scans the layer d written at off (size bytes). A layer that cannot
+// be scanned (not a tar) gets a note in the SBOM, not an error.
+func (s *layerScans) start(d v1.Hash, off, size int64) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.sem <- struct{}{}
+		defer func() { <-s.sem }()
+		l, err := scanLayerStream(io.NewSectionReader(s.ra, off, size))
+		if err != nil {
+			l = &sbom.Layer{Notes: []string{fmt.Sprintf("layer %s was not scanned: %v", d, err)}}
+		}
+		s.mu.Lock()
+		s.layers[d] = l
+		s.mu.Unlock()
+	}()
+}
+
+// wait waits for every scan and returns the layers by digest.
+func (s *layerScans) wait() map[v1.Hash]*sbom.Layer {
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.layers
+}
+
+func scanLayerStream(r io.Reader) (*sbom.Layer, error) {
+	u, err := sbom.Uncompress(r)
+	if err != nil {
+		return nil, err
+	}
+	defer u.Close()
+	return sbom.ScanLayer(u)
 }
 
 // resolveImages asks the source for every image of the release, a few at a
@@ -522,7 +612,7 @@ func resolveImage(ctx context.Context, src Source, img release.Image, platformIm
 		if err != nil {
 			return nil, fail(fmt.Errorf("layer %s: %w", l.Digest, err))
 		}
-		r.blobs = append(r.blobs, blob{digest: l.Digest, size: l.Size, open: layer.Compressed})
+		r.blobs = append(r.blobs, blob{digest: l.Digest, size: l.Size, open: layer.Compressed, layer: l.MediaType.IsLayer()})
 	}
 	return r, nil
 }

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,11 +15,14 @@ import (
 	"testing/fstest"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/sbom"
+	"onprem.dev/onprem/installer/signing"
 	"onprem.dev/onprem/manifests"
 )
 
@@ -26,8 +30,8 @@ func TestBundleCreateFromRegistryVerifyAndOpen(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, 64<<10, 16<<10)
 	priv, pub := keyPair(t)
-	sk, _ := ParsePrivateKey(priv)
-	pk, _ := ParsePublicKey(pub)
+	sk, _ := signing.ParsePrivateKey(priv)
+	pk, _ := signing.ParsePublicKey(pub)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "platform.bundle")
 	var reports []Progress
@@ -41,7 +45,7 @@ func TestBundleCreateFromRegistryVerifyAndOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	onlyFiles(t, dir, "platform.bundle")
-	if !res.Signed || res.KeyID != KeyID(pk) || res.Images != len(f.rel.Images) {
+	if !res.Signed || res.KeyID != signing.KeyID(pk) || res.Images != len(f.rel.Images) {
 		t.Errorf("result %+v", res)
 	}
 	if len(reports) == 0 || !reports[len(reports)-1].Final || reports[len(reports)-1].Done != reports[len(reports)-1].Total {
@@ -63,7 +67,7 @@ func TestBundleCreateFromRegistryVerifyAndOpen(t *testing.T) {
 		t.Fatalf("fixture shares too few layers: %d distinct blobs of %d", f.uniqueBlobs, f.totalBlobs)
 	}
 
-	vr, err := Verify(ctx, out, OpenOptions{PublicKey: pk})
+	vr, err := Verify(ctx, out, OpenOptions{Trust: Trust{Keys: signing.Keyring{{Origin: "test", Public: pk}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +75,7 @@ func TestBundleCreateFromRegistryVerifyAndOpen(t *testing.T) {
 		t.Errorf("verify: %+v (bundle has %d entries)", vr, len(entries))
 	}
 
-	b, err := Open(ctx, out, OpenOptions{PublicKey: pk})
+	b, err := Open(ctx, out, OpenOptions{Trust: Trust{Keys: signing.Keyring{{Origin: "test", Public: pk}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,4 +326,100 @@ func TestBundleDiskFullLeavesNoFile(t *testing.T) {
 		t.Fatalf("err = %v, want ENOSPC", err)
 	}
 	onlyFiles(t, dir)
+}
+
+// Every image's SBOM is written from its layers into the bundle, listed by
+// inspect, read back by Inventories, and covered by the signature: an SBOM
+// changed after signing (checksums fixed up) is refused.
+func TestBundleSBOMs(t *testing.T) {
+	f := newFixture(t, 8<<10, 2<<10)
+	// A script where a Go program was: not counted (installer/sbom's tests
+	// read real Go programs).
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range []struct {
+		name string
+		mode int64
+		data []byte
+	}{
+		{"etc/os-release", 0o644, []byte("ID=debian\nVERSION_ID=\"12\"\n")},
+		{"var/lib/dpkg/status", 0o644, []byte("Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nSource: glibc\nVersion: 2.36-9+deb12u9\n\nPackage: tzdata\nStatus: install ok installed\nArchitecture: all\nVersion: 2024b-0+deb12u1\n")},
+		{"usr/local/bin/server", 0o755, []byte("#!/bin/sh\nexec true\n")},
+	} {
+		tw.WriteHeader(&tar.Header{Name: e.name, Mode: e.mode, Size: int64(len(e.data)), Typeflag: tar.TypeReg})
+		tw.Write(e.data)
+	}
+	tw.Close()
+	layer, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()), tarball.WithCompressedCaching)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.rel.Images[0]
+	ref := images.Repository(first, f.platformImages) + ":" + first.Tag
+	f.byRef[ref] = imageOf(t, randomLayer(t, 8<<10, 1), layer)
+
+	priv, pub := keyPair(t)
+	pk, _ := signing.ParsePublicKey(pub)
+	trust := Trust{Keys: signing.Keyring{{Origin: "test", Public: pk}}}
+	out := createBundle(t, f, priv)
+	b, err := Open(context.Background(), out, OpenOptions{Trust: trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	invs, err := b.Inventories()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(invs) != len(f.rel.Images) {
+		t.Fatalf("%d SBOMs for %d images", len(invs), len(f.rel.Images))
+	}
+	inv := invs[0]
+	c := inv.Count()
+	if inv.Image != first.Name || inv.OS != "debian 12" || c[sbom.TypeDeb] != 2 || c[sbom.TypeGolang] != 0 || inv.Digest != b.Release().Images[0].Digest {
+		t.Errorf("SBOM of %s: %+v", first.Name, c)
+	}
+	// The random layers of the others are no tar: noted, not fatal.
+	if len(invs[1].Packages) != 0 || len(invs[1].Notes) == 0 || !strings.Contains(invs[1].Notes[0], "was not scanned") {
+		t.Errorf("SBOM of an image of random bytes: %+v", invs[1])
+	}
+	in, err := b.Inspect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Images[0].SBOM != "sboms/"+first.Name+".spdx.json" || in.Images[0].Packages[sbom.TypeDeb] != 2 {
+		t.Errorf("inspect: %+v", in.Images[0])
+	}
+	b.Close()
+
+	retarResummed(t, out, func(n string, d []byte) []byte {
+		if n == "sboms/"+first.Name+".spdx.json" {
+			d = bytes.Replace(d, []byte("2.36-9+deb12u9"), []byte("2.36-9+deb12u99"), 1)
+		}
+		return d
+	})
+	var se *SignatureError
+	if _, err := Verify(context.Background(), out, OpenOptions{Trust: trust}); !errors.As(err, &se) {
+		t.Errorf("altered SBOM: %v, want a SignatureError", err)
+	}
+
+	// A bundle of format 1 (no SBOMs) still opens; it has no SBOM to give.
+	retarResummed(t, out, func(n string, d []byte) []byte {
+		if n == metadataFile {
+			d = bytes.Replace(d, []byte(`"formatVersion": 2`), []byte(`"formatVersion": 1`), 1)
+			d = bytes.Replace(d, []byte(`,
+  "sbom": "spdx-json"`), nil, 1)
+		}
+		return d
+	})
+	old, err := Open(context.Background(), out, OpenOptions{Trust: Trust{AllowUnsigned: true}})
+	if err != nil {
+		t.Fatalf("format 1: %v", err)
+	}
+	defer old.Close()
+	if old.Metadata().FormatVersion != 1 {
+		t.Fatalf("the edit did not take: %+v", old.Metadata())
+	}
+	if _, err := old.Inventories(); !errors.Is(err, ErrNoSBOM) {
+		t.Errorf("SBOMs of a format 1 bundle: %v", err)
+	}
 }

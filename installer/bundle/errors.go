@@ -3,6 +3,8 @@ package bundle
 import (
 	"errors"
 	"fmt"
+
+	"onprem.dev/onprem/installer/signing"
 )
 
 // ErrImageNotFound says that an image source does not have an image.
@@ -40,25 +42,37 @@ func (e *CorruptError) Error() string {
 	return fmt.Sprintf("bundle %s is corrupt or was modified: %s %s", e.Path, e.File, e.Reason)
 }
 
-// ErrUnsigned is returned when a public key is given but the bundle
-// carries no signature.
+// ErrUnsigned is returned when a bundle carries no signature and unsigned
+// bundles are not allowed (Trust.AllowUnsigned).
 var ErrUnsigned = errors.New("the bundle is not signed")
 
+// UntrustedKeyError says that a bundle is signed by a key that is not
+// trusted: not named by onprem's releases, spec.trust or --public-key.
+type UntrustedKeyError struct {
+	Path string
+	// KeyID is the key the bundle is signed with.
+	KeyID string
+	// Trusted are the keys that were trusted.
+	Trusted signing.Keyring
+}
+
+func (e *UntrustedKeyError) Error() string {
+	return fmt.Sprintf("bundle %s is signed with key %s, which is not trusted (trusted: %s): give its public key with --public-key FILE or in spec.trust, or accept the bundle unverified with --allow-unsigned", e.Path, e.KeyID, e.Trusted)
+}
+
 // SignatureError says that the bundle's signature does not verify with the
-// given public key.
+// trusted key it names: the checksums were changed after signing.
 type SignatureError struct {
 	Path string
-	// BundleKeyID is the id of the key the bundle says it was signed with.
+	// BundleKeyID is the id of the key the bundle says it was signed with
+	// (empty: it names none).
 	BundleKeyID string
-	// KeyID is the id of the key given to check it.
-	KeyID string
+	// Keys are the trusted keys it was checked with.
+	Keys signing.Keyring
 }
 
 func (e *SignatureError) Error() string {
-	if e.BundleKeyID != "" && e.BundleKeyID != e.KeyID {
-		return fmt.Sprintf("bundle %s: signature does not verify: it was signed with key %s, the public key given is %s", e.Path, e.BundleKeyID, e.KeyID)
-	}
-	return fmt.Sprintf("bundle %s: signature does not verify with public key %s: the checksums were modified or signed with another key", e.Path, e.KeyID)
+	return fmt.Sprintf("bundle %s: signature does not verify with %s: the bundle was changed after it was signed; get it again from its maker", e.Path, e.Keys)
 }
 
 // AuthError says that a registry refused the credentials (HTTP 401 or 403).

@@ -10,8 +10,10 @@ import (
 )
 
 // FormatVersion is the version of the bundle layout written by Create.
-// Open refuses bundles of a newer format.
-const FormatVersion = 1
+// Open refuses bundles of a newer format and reads the older ones: 2 adds
+// the images' SBOMs (sboms/, bundle.json's sbom), which an onprem that
+// reads only 1 would refuse as an unknown field, less clearly.
+const FormatVersion = 2
 
 // Paths inside a bundle.
 const (
@@ -25,7 +27,12 @@ const (
 	releasesDir   = "releases"
 	chartsDir     = "charts"
 	manifestsDir  = "manifests"
+	sbomsDir      = "sboms"
 )
+
+// SBOMFormat is the format of the bundle's per-image SBOMs
+// (sboms/<image>.spdx.json).
+const SBOMFormat = "spdx-json"
 
 // Annotations of the entries of images/index.json.
 const (
@@ -59,6 +66,9 @@ type Metadata struct {
 	Platform string `json:"platform,omitempty"`
 	// KeyID identifies the key that signed the checksums (empty: unsigned).
 	KeyID string `json:"keyID,omitempty"`
+	// SBOM is the format of the SBOM the bundle holds for every image
+	// (SBOMFormat; empty: made by an onprem that wrote none).
+	SBOM string `json:"sbom,omitempty"`
 }
 
 func (m *Metadata) validate() error {
@@ -95,6 +105,9 @@ func blobHex(p string) string {
 
 // releasePath is where the release manifest of version v is stored.
 func releasePath(v string) string { return releasesDir + "/" + v + ".yaml" }
+
+// sbomPath is where the SBOM of the release image name is.
+func sbomPath(name string) string { return sbomsDir + "/" + name + ".spdx.json" }
 
 // validEntryName says whether a tar entry name may appear in a bundle:
 // a clean relative slash path (no "..", no leading "/", no backslash).

@@ -26,6 +26,7 @@ import (
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/signing"
 )
 
 // randomLayer is a layer of n pseudo-random bytes (incompressible, like a
@@ -164,6 +165,10 @@ func (f *fixture) memorySource() Source {
 	})
 }
 
+// allowUnsigned opens the unsigned bundles of tests that are not about
+// signatures.
+var allowUnsigned = Trust{AllowUnsigned: true}
+
 // createBundle writes a bundle of the fixture (from the memory source)
 // into a temporary folder and returns its path.
 func createBundle(t testing.TB, f *fixture, key []byte) string {
@@ -171,7 +176,7 @@ func createBundle(t testing.TB, f *fixture, key []byte) string {
 	out := filepath.Join(t.TempDir(), "platform.bundle")
 	opts := CreateOptions{Release: f.rel, Output: out, Source: f.memorySource(), PlatformImages: f.platformImages}
 	if key != nil {
-		k, err := ParsePrivateKey(key)
+		k, err := signing.ParsePrivateKey(key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +192,7 @@ func createBundle(t testing.TB, f *fixture, key []byte) string {
 func keyPair(t testing.TB) (priv, pub []byte) {
 	t.Helper()
 	var a, b strings.Builder
-	if _, err := WriteKeyPair(&a, &b); err != nil {
+	if _, err := signing.WriteKeyPair(&a, &b); err != nil {
 		t.Fatal(err)
 	}
 	return []byte(a.String()), []byte(b.String())

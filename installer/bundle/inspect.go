@@ -12,6 +12,7 @@ import (
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/installer/sbom"
 )
 
 // Inspection describes what a bundle holds.
@@ -49,6 +50,10 @@ type ImageInfo struct {
 	Size     int64  `json:"size"`
 	Layers   int    `json:"layers"`
 	Platform string `json:"platform,omitempty"`
+	// SBOM is the image's SPDX SBOM in the bundle (empty: none), and
+	// Packages counts what it lists by type (deb, golang).
+	SBOM     string         `json:"sbom,omitempty"`
+	Packages map[string]int `json:"packages,omitempty"`
 }
 
 // ChartInfo is one chart of a bundle.
@@ -72,6 +77,13 @@ func (b *Bundle) Inspect() (*Inspection, error) {
 		}
 		if bi.desc.Platform != nil {
 			info.Platform = bi.desc.Platform.String()
+		}
+		if b.meta.SBOM != "" {
+			inv, err := b.inventory(bi.img.Name)
+			if err != nil {
+				return nil, err
+			}
+			info.SBOM, info.Packages = sbomPath(bi.img.Name), inv.Count()
 		}
 		blobs := append([]v1.Descriptor{bi.desc, bi.manifest.Config}, bi.manifest.Layers...)
 		info.Size = 0
@@ -114,7 +126,7 @@ func (in *Inspection) WriteText(w io.Writer) error {
 		if in.SignatureVerified {
 			sig += " (signature verified)"
 		} else {
-			sig += " (signature not checked: give --public-key)"
+			sig += " (signature not checked: run 'onprem bundle verify')"
 		}
 	}
 	ver := "checksums verified"
@@ -125,9 +137,13 @@ func (in *Inspection) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "%s; %s\n", sig, ver)
 	fmt.Fprintf(w, "images from %s, platform %s\n\n", in.PlatformImages, in.Platform)
 	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "IMAGE\tREFERENCE\tLAYERS\tSIZE")
+	fmt.Fprintln(tw, "IMAGE\tREFERENCE\tLAYERS\tSIZE\tSBOM PACKAGES")
 	for _, i := range in.Images {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", i.Name, i.Reference, i.Layers, formatBytes(i.Size))
+		pkgs := "none"
+		if i.SBOM != "" {
+			pkgs = fmt.Sprintf("%d deb, %d go", i.Packages[sbom.TypeDeb], i.Packages[sbom.TypeGolang])
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", i.Name, i.Reference, i.Layers, formatBytes(i.Size), pkgs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -20,13 +20,20 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/sbom"
 )
 
 // OpenOptions say how much Open checks.
 type OpenOptions struct {
-	// PublicKey, when set, requires the bundle to be signed by this key:
-	// an unsigned bundle or another key is refused.
-	PublicKey ed25519.PublicKey
+	// Trust says whose signatures are accepted. Open refuses a bundle that
+	// is unsigned, signed by a key not in Trust.Keys, or whose signature
+	// does not verify (unless Trust.AllowUnsigned, see Trust). The zero
+	// value trusts no key: every bundle is refused.
+	Trust Trust
+	// DeferTrust opens the bundle without judging its signature: the
+	// caller must call CheckTrust before it uses anything in it (for a
+	// keyring that is only known once the bundle's release is read).
+	DeferTrust bool
 	// SkipVerify only indexes the file and trusts its content (fast: for
 	// inspect). The checksums of blobs' names and the structure are still
 	// checked; the file contents are not read.
@@ -52,6 +59,8 @@ type Bundle struct {
 	signed      bool
 	verified    bool
 	sigVerified bool
+	sums, sig   []byte
+	provenance  *Provenance
 }
 
 // bundleImage is one release image in the bundle's layout.
@@ -71,7 +80,7 @@ const (
 
 // Open opens a bundle: it reads the tar's index, verifies the SHA-256 of
 // every file against the checksums file (streaming, unless
-// opts.SkipVerify) and the signature (if opts.PublicKey is set), then
+// opts.SkipVerify) and judges the signature against opts.Trust, then
 // reads the metadata, the release manifest and the image index and checks
 // that every image the release names is complete in the bundle.
 // A mismatch is a *CorruptError naming the file.
@@ -106,11 +115,13 @@ func Open(ctx context.Context, p string, opts OpenOptions) (_ *Bundle, err error
 		return nil, err
 	}
 	b.signed = sigData != nil
-	if opts.PublicKey != nil {
-		if err := b.checkSignature(opts.PublicKey, sumsData, sigData); err != nil {
+	b.sums, b.sig = sumsData, sigData
+	// The signature is judged only when the content it covers was checked
+	// (not for SkipVerify, which inspect uses to read the index).
+	if !opts.SkipVerify && !opts.DeferTrust {
+		if _, err := b.CheckTrust(opts.Trust); err != nil {
 			return nil, err
 		}
-		b.sigVerified = true
 	}
 	slog.Debug("bundle: opened", "path", p, "release", b.rel.Version, "verified", b.verified, "signatureVerified", b.sigVerified)
 	return b, nil
@@ -237,16 +248,6 @@ func (b *Bundle) checkSums(data []byte, computed map[string]string, verify bool)
 	return nil
 }
 
-func (b *Bundle) checkSignature(pub ed25519.PublicKey, sums, sig []byte) error {
-	if sig == nil {
-		return fmt.Errorf("bundle %s: %w (no %s): it cannot be checked against public key %s", b.path, ErrUnsigned, signatureFile, KeyID(pub))
-	}
-	if !ed25519.Verify(pub, sums, sig) {
-		return &SignatureError{Path: b.path, BundleKeyID: b.meta.KeyID, KeyID: KeyID(pub)}
-	}
-	return nil
-}
-
 func (b *Bundle) readSmall(name string) ([]byte, error) {
 	e, ok := b.fsys.files[name]
 	if !ok {
@@ -321,10 +322,55 @@ func (b *Bundle) load() error {
 				return fmt.Errorf("image %s: %w", img.Name, err)
 			}
 		}
+		if b.meta.SBOM != "" {
+			if _, ok := b.fsys.files[sbomPath(img.Name)]; !ok {
+				return b.corrupt(sbomPath(img.Name), "is missing (%s says the bundle holds an SBOM of every image)", metadataFile)
+			}
+		}
 		b.byName[img.Name] = len(b.images)
 		b.images = append(b.images, bundleImage{img: img, source: d.Annotations[AnnotationSource], desc: d, raw: raw, manifest: man})
 	}
 	return nil
+}
+
+// ErrNoSBOM says that a bundle holds no SBOMs: an older onprem made it.
+var ErrNoSBOM = errors.New("the bundle holds no SBOMs (an onprem that wrote none made it): make it again with this onprem")
+
+// SBOM returns the SPDX JSON SBOM of the release image name.
+func (b *Bundle) SBOM(name string) ([]byte, error) {
+	if b.meta.SBOM == "" {
+		return nil, fmt.Errorf("bundle %s: %w", b.path, ErrNoSBOM)
+	}
+	if _, ok := b.byName[name]; !ok {
+		return nil, fmt.Errorf("bundle %s: release %s has no image %q", b.path, b.rel.Version, name)
+	}
+	return b.readSmall(sbomPath(name))
+}
+
+// Inventories reads the SBOM of every image, in the release's order.
+func (b *Bundle) Inventories() ([]*sbom.Inventory, error) {
+	var out []*sbom.Inventory
+	for _, img := range b.images {
+		inv, err := b.inventory(img.img.Name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, inv)
+	}
+	return out, nil
+}
+
+// inventory reads the SBOM of the image name.
+func (b *Bundle) inventory(name string) (*sbom.Inventory, error) {
+	data, err := b.SBOM(name)
+	if err != nil {
+		return nil, err
+	}
+	invs, err := sbom.ReadSPDX(bytes.NewReader(data))
+	if err != nil || len(invs) != 1 {
+		return nil, b.corrupt(sbomPath(name), "is not the SPDX SBOM of one image: %v", err)
+	}
+	return invs[0], nil
 }
 
 // checkBlob checks that a blob is in the bundle with the size expected.
@@ -396,8 +442,8 @@ func (b *Bundle) Verified() bool { return b.verified }
 // Signed says whether the bundle carries a signature.
 func (b *Bundle) Signed() bool { return b.signed }
 
-// SignatureVerified says whether the signature was checked with a public
-// key (OpenOptions.PublicKey).
+// SignatureVerified says whether the signature was verified with a trusted
+// key (see CheckTrust).
 func (b *Bundle) SignatureVerified() bool { return b.sigVerified }
 
 // VerifyResult is what Verify checked.
@@ -405,12 +451,16 @@ type VerifyResult struct {
 	Path    string `json:"path"`
 	Release string `json:"release"`
 	// Files and Bytes count the files checked against the checksums.
-	Files             int     `json:"files"`
-	Bytes             int64   `json:"bytes"`
-	Signed            bool    `json:"signed"`
-	KeyID             string  `json:"keyID,omitempty"`
-	SignatureVerified bool    `json:"signatureVerified"`
-	Seconds           float64 `json:"seconds"`
+	Files             int    `json:"files"`
+	Bytes             int64  `json:"bytes"`
+	Signed            bool   `json:"signed"`
+	KeyID             string `json:"keyID,omitempty"`
+	SignatureVerified bool   `json:"signatureVerified"`
+	// TrustedBy is the trusted key the signature verified with;
+	// Unverified why the bundle was accepted without (see Provenance).
+	TrustedBy  string  `json:"trustedBy,omitempty"`
+	Unverified string  `json:"unverified,omitempty"`
+	Seconds    float64 `json:"seconds"`
 }
 
 // Verify opens a bundle with full verification and closes it.
@@ -423,6 +473,9 @@ func Verify(ctx context.Context, p string, opts OpenOptions) (*VerifyResult, err
 	}
 	defer b.Close()
 	res := &VerifyResult{Path: p, Release: b.rel.Version, Signed: b.signed, KeyID: b.meta.KeyID, SignatureVerified: b.sigVerified}
+	if pv := b.provenance; pv != nil {
+		res.TrustedBy, res.Unverified = pv.TrustedBy, pv.Unverified
+	}
 	for _, name := range b.order {
 		if name == checksumsFile || name == signatureFile {
 			continue

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"onprem.dev/onprem/installer/signing"
 )
 
 // retar rewrites the tar at p through edit (nil result: drop the entry).
@@ -91,8 +93,15 @@ func TestBundleFlippedByteIsRefusedNamingTheFile(t *testing.T) {
 	fh.Close()
 
 	for _, check := range []func() error{
-		func() error { _, err := Verify(context.Background(), out, OpenOptions{}); return err },
-		func() error { b, err := Open(context.Background(), out, OpenOptions{}); closeIf(b); return err },
+		func() error {
+			_, err := Verify(context.Background(), out, OpenOptions{Trust: allowUnsigned})
+			return err
+		},
+		func() error {
+			b, err := Open(context.Background(), out, OpenOptions{Trust: allowUnsigned})
+			closeIf(b)
+			return err
+		},
 	} {
 		err := check()
 		var ce *CorruptError
@@ -147,7 +156,7 @@ func TestBundleStructuralDamageIsRefused(t *testing.T) {
 			if c.name == "file added" {
 				appendEntry(t, out, "charts/redis/extra.yaml", []byte("x: 1\n"))
 			}
-			_, err := Verify(context.Background(), out, OpenOptions{})
+			_, err := Verify(context.Background(), out, OpenOptions{Trust: allowUnsigned})
 			var ce *CorruptError
 			if !errors.As(err, &ce) || ce.File != c.file || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("err = %v, want %q about %q", err, c.want, c.file)
@@ -160,7 +169,7 @@ func TestBundleStructuralDamageIsRefused(t *testing.T) {
 		if err := os.Truncate(out, st.Size()/2); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Verify(context.Background(), out, OpenOptions{})
+		_, err := Verify(context.Background(), out, OpenOptions{Trust: allowUnsigned})
 		var ce *CorruptError
 		if !errors.As(err, &ce) {
 			t.Errorf("err = %v, want CorruptError", err)
@@ -169,14 +178,14 @@ func TestBundleStructuralDamageIsRefused(t *testing.T) {
 	t.Run("not a tar", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "x")
 		os.WriteFile(p, []byte("hello"), 0o644)
-		if _, err := Verify(context.Background(), p, OpenOptions{}); err == nil || !strings.Contains(err.Error(), "not valid") {
+		if _, err := Verify(context.Background(), p, OpenOptions{Trust: allowUnsigned}); err == nil || !strings.Contains(err.Error(), "not valid") {
 			t.Errorf("err = %v", err)
 		}
 	})
 	t.Run("path escape", func(t *testing.T) {
 		out := createBundle(t, f, nil)
 		appendEntry(t, out, "../evil", []byte("x"))
-		_, err := Verify(context.Background(), out, OpenOptions{})
+		_, err := Verify(context.Background(), out, OpenOptions{Trust: allowUnsigned})
 		if err == nil || !strings.Contains(err.Error(), "not a valid path") {
 			t.Errorf("err = %v", err)
 		}
@@ -206,58 +215,100 @@ func appendEntry(t *testing.T, p, name string, data []byte) {
 	}
 }
 
-func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
-
-func TestBundleSignature(t *testing.T) {
-	f := newFixture(t, 8<<10, 2<<10)
-	priv, pub := keyPair(t)
-	_, otherPub := keyPair(t)
-	pk, _ := ParsePublicKey(pub)
-	other, _ := ParsePublicKey(otherPub)
-	ctx := context.Background()
-
-	signed := createBundle(t, f, priv)
-	if r, err := Verify(ctx, signed, OpenOptions{PublicKey: pk}); err != nil || !r.SignatureVerified || r.KeyID != KeyID(pk) {
-		t.Fatalf("right key: %+v %v", r, err)
-	}
-	_, err := Verify(ctx, signed, OpenOptions{PublicKey: other})
-	var se *SignatureError
-	if !errors.As(err, &se) || se.BundleKeyID != KeyID(pk) || se.KeyID != KeyID(other) ||
-		!strings.Contains(err.Error(), "signed with key "+KeyID(pk)) {
-		t.Errorf("wrong key: %v", err)
-	}
-	// Without a key the checksums still verify; the signature is reported
-	// as not checked.
-	if r, err := Verify(ctx, signed, OpenOptions{}); err != nil || !r.Signed || r.SignatureVerified {
-		t.Errorf("no key: %+v %v", r, err)
-	}
-
-	unsigned := createBundle(t, f, nil)
-	if _, err := Verify(ctx, unsigned, OpenOptions{PublicKey: pk}); !errors.Is(err, ErrUnsigned) {
-		t.Errorf("unsigned with a key: %v", err)
-	}
-
-	// Someone changes a chart and fixes up the checksums: only the
-	// signature catches it.
+// retarResummed is retar with the checksums file made to match the edited
+// files, as someone who changes a bundle on purpose does (the signature is
+// left as it was).
+func retarResummed(t *testing.T, p string, edit func(name string, data []byte) []byte) {
+	t.Helper()
 	sums := map[string]string{}
-	retar(t, signed, func(n string, d []byte) []byte {
-		if n == "charts/redis/values.yaml" {
-			d = append(d, []byte("\n# tampered\n")...)
-		}
+	retar(t, p, func(n string, d []byte) []byte {
 		if n == checksumsFile {
 			return encodeChecksums(sums)
 		}
+		d = edit(n, d)
 		if n != signatureFile {
 			h := sha256.Sum256(d)
 			sums[n] = hex.EncodeToString(h[:])
 		}
 		return d
 	})
-	if _, err := Verify(ctx, signed, OpenOptions{}); err != nil {
-		t.Fatalf("re-summed bundle should pass the checksums: %v", err)
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+func TestBundleSignature(t *testing.T) {
+	f := newFixture(t, 8<<10, 2<<10)
+	priv, pub := keyPair(t)
+	_, otherPub := keyPair(t)
+	pk, _ := signing.ParsePublicKey(pub)
+	other, _ := signing.ParsePublicKey(otherPub)
+	mine := signing.Key{Name: "vendor", Origin: "test", Public: pk}
+	theirs := signing.Key{Name: "someone else", Origin: "test", Public: other}
+	ctx := context.Background()
+
+	signed := createBundle(t, f, priv)
+	// Trusted when any key of the keyring made it.
+	r, err := Verify(ctx, signed, OpenOptions{Trust: Trust{Keys: signing.Keyring{theirs, mine}}})
+	if err != nil || !r.SignatureVerified || r.KeyID != signing.KeyID(pk) || !strings.Contains(r.TrustedBy, "vendor") || r.Unverified != "" {
+		t.Fatalf("trusted key: %+v %v", r, err)
 	}
-	if _, err := Verify(ctx, signed, OpenOptions{PublicKey: pk}); !errors.As(err, &se) {
-		t.Errorf("re-summed bundle with the key: %v, want SignatureError", err)
+	// Signed by a key that is not trusted: refused, naming both.
+	_, err = Verify(ctx, signed, OpenOptions{Trust: Trust{Keys: signing.Keyring{theirs}}})
+	var ue *UntrustedKeyError
+	if !errors.As(err, &ue) || ue.KeyID != signing.KeyID(pk) || !strings.Contains(err.Error(), signing.KeyID(other)) ||
+		!strings.Contains(err.Error(), "--public-key") || !strings.Contains(err.Error(), "--allow-unsigned") {
+		t.Errorf("untrusted key: %v", err)
+	}
+	// No trusted key at all (the zero value): refused.
+	if _, err := Verify(ctx, signed, OpenOptions{}); !errors.As(err, &ue) {
+		t.Errorf("empty keyring: %v", err)
+	}
+	// Allowed: accepted, and the provenance says why.
+	r, err = Verify(ctx, signed, OpenOptions{Trust: Trust{Keys: signing.Keyring{theirs}, AllowUnsigned: true}})
+	if err != nil || r.SignatureVerified || !strings.Contains(r.Unverified, "not trusted") {
+		t.Errorf("untrusted key allowed: %+v %v", r, err)
+	}
+
+	unsigned := createBundle(t, f, nil)
+	_, err = Verify(ctx, unsigned, OpenOptions{Trust: Trust{Keys: signing.Keyring{mine}}})
+	if !errors.Is(err, ErrUnsigned) || !strings.Contains(err.Error(), "--allow-unsigned") {
+		t.Errorf("unsigned: %v", err)
+	}
+	r, err = Verify(ctx, unsigned, OpenOptions{Trust: Trust{AllowUnsigned: true}})
+	if err != nil || r.Signed || r.Unverified != "not signed" {
+		t.Errorf("unsigned allowed: %+v %v", r, err)
+	}
+	// Opening only the index (inspect) does not judge the signature;
+	// deferring it leaves it to CheckTrust.
+	b, err := Open(ctx, unsigned, OpenOptions{SkipVerify: true})
+	if err != nil {
+		t.Fatalf("index only: %v", err)
+	}
+	b.Close()
+	b, err = Open(ctx, unsigned, OpenOptions{DeferTrust: true})
+	if err != nil || b.Provenance() != nil {
+		t.Fatalf("deferred: %v", err)
+	}
+	if _, err := b.CheckTrust(Trust{Keys: signing.Keyring{mine}}); !errors.Is(err, ErrUnsigned) {
+		t.Errorf("deferred check: %v", err)
+	}
+	b.Close()
+
+	// Someone changes a chart and fixes up the checksums: only the
+	// signature catches it, and allowing unsigned bundles does not let it
+	// through (the bundle names a trusted key whose signature fails).
+	retarResummed(t, signed, func(n string, d []byte) []byte {
+		if n == "charts/redis/values.yaml" {
+			d = append(d, []byte("\n# tampered\n")...)
+		}
+		return d
+	})
+	var se *SignatureError
+	for _, allow := range []bool{false, true} {
+		_, err := Verify(ctx, signed, OpenOptions{Trust: Trust{Keys: signing.Keyring{mine}, AllowUnsigned: allow}})
+		if !errors.As(err, &se) || se.BundleKeyID != signing.KeyID(pk) || !strings.Contains(err.Error(), "changed after it was signed") {
+			t.Errorf("re-summed bundle (allow unsigned %v): %v, want SignatureError", allow, err)
+		}
 	}
 }
 
@@ -271,15 +322,15 @@ func TestKeygen(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("private key mode %v %v", st.Mode(), err)
 	}
-	sk, err := LoadPrivateKey(res.PrivateKey)
+	sk, err := signing.LoadPrivateKey(res.PrivateKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk, err := LoadPublicKey(res.PublicKey)
+	pk, err := signing.LoadPublicKey(res.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if KeyID(pk) != res.KeyID || !pk.Equal(sk.Public()) {
+	if signing.KeyID(pk) != res.KeyID || !pk.Equal(sk.Public()) {
 		t.Error("key pair does not match")
 	}
 	before, _ := os.ReadFile(res.PrivateKey)
@@ -301,20 +352,20 @@ func TestKeygen(t *testing.T) {
 	onlyFiles(t, dir, PrivateKeyFile, PublicKeyFile)
 
 	// Raw base64 keys are accepted too; garbage is not.
-	if _, err := ParsePublicKey([]byte("bm90IGEga2V5")); err == nil {
+	if _, err := signing.ParsePublicKey([]byte("bm90IGEga2V5")); err == nil {
 		t.Error("short public key accepted")
 	}
-	if _, err := ParsePrivateKey(before[:40]); err == nil {
+	if _, err := signing.ParsePrivateKey(before[:40]); err == nil {
 		t.Error("broken private key accepted")
 	}
-	if _, err := ParsePublicKey(before); err == nil {
+	if _, err := signing.ParsePublicKey(before); err == nil {
 		t.Error("private key accepted as public")
 	}
 	seed := sk.Seed()
-	if k, err := ParsePrivateKey([]byte(b64(seed))); err != nil || !k.Equal(sk) {
+	if k, err := signing.ParsePrivateKey([]byte(b64(seed))); err != nil || !k.Equal(sk) {
 		t.Errorf("seed: %v", err)
 	}
-	if k, err := ParsePublicKey([]byte(b64(pk))); err != nil || !k.Equal(pk) {
+	if k, err := signing.ParsePublicKey([]byte(b64(pk))); err != nil || !k.Equal(pk) {
 		t.Errorf("raw public: %v", err)
 	}
 }

@@ -30,7 +30,7 @@ import (
 func openFixtureBundle(t *testing.T, baseSize, ownSize int) (*fixture, *Bundle) {
 	t.Helper()
 	f := newFixture(t, baseSize, ownSize)
-	b, err := Open(context.Background(), createBundle(t, f, nil), OpenOptions{})
+	b, err := Open(context.Background(), createBundle(t, f, nil), OpenOptions{Trust: allowUnsigned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,7 @@ func TestBundleCarriesTheRuntimeChart(t *testing.T) {
 		t.Error("Create changed the caller's release")
 	}
 
-	b, err := Open(ctx, out, OpenOptions{})
+	b, err := Open(ctx, out, OpenOptions{Trust: allowUnsigned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func TestBundleFromLayoutAndDockerArchive(t *testing.T) {
 	if _, err := Create(context.Background(), CreateOptions{Release: f.rel, Output: out, Source: src, PlatformImages: f.platformImages}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Open(context.Background(), out, OpenOptions{})
+	b, err := Open(context.Background(), out, OpenOptions{Trust: allowUnsigned})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,13 +19,30 @@ import (
 type tarOut struct {
 	ctx   context.Context
 	tw    *tar.Writer
+	cw    *countingWriter
 	mtime time.Time
 	sums  map[string]string
 	buf   []byte
+	// dataStart is where the content of the last entry written starts in
+	// the output (after its header).
+	dataStart int64
 }
 
 func newTarOut(ctx context.Context, w io.Writer, mtime time.Time) *tarOut {
-	return &tarOut{ctx: ctx, tw: tar.NewWriter(w), mtime: mtime, sums: map[string]string{}, buf: make([]byte, 1<<20)}
+	cw := &countingWriter{w: w}
+	return &tarOut{ctx: ctx, tw: tar.NewWriter(cw), cw: cw, mtime: mtime, sums: map[string]string{}, buf: make([]byte, 1<<20)}
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // file writes an entry of exactly size bytes read from r and returns the
@@ -46,6 +63,8 @@ func (t *tarOut) copyFile(name string, size int64, r io.Reader, m *meter) (strin
 	if err := t.tw.WriteHeader(hdr); err != nil {
 		return "", fmt.Errorf("writing %s: %w", name, err)
 	}
+	// tar.Writer writes the header at once: the content starts here.
+	t.dataStart = t.cw.n
 	h := sha256.New()
 	src := &meterReader{ctx: t.ctx, r: r, m: m}
 	n, err := io.CopyBuffer(io.MultiWriter(t.tw, h), io.LimitReader(src, size), t.buf)

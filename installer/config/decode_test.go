@@ -111,7 +111,7 @@ func TestDecodeBadFiles(t *testing.T) {
 			`testdata/bad-typos.yaml:10: spec.databases.mongodb.mdoe: unknown field; did you mean "mode"?`,
 			`testdata/bad-typos.yaml:11: spec.databases.mongodb.persistense: unknown field; did you mean "persistence"?`,
 			`testdata/bad-typos.yaml:14: spec.runners[0].nmae: unknown field; did you mean "name"?`,
-			`testdata/bad-typos.yaml:15: spec.colour: unknown field (valid: version, namespace, domain, profile, availability, tls, ingress, images, registry, storage, modules, legacy, databases, components, overlays, placement, proxy, backup, rotation, runners, runtimes, runtimeConfig)`,
+			`testdata/bad-typos.yaml:15: spec.colour: unknown field (valid: version, namespace, domain, profile, availability, tls, ingress, images, registry, storage, modules, legacy, databases, components, overlays, placement, proxy, trust, backup, rotation, runners, runtimes, runtimeConfig)`,
 		}},
 		{"bad-types.yaml", []string{
 			`testdata/bad-types.yaml:4: spec.version: expected a string, got the number 2.9; quote it to make it a string: "2.9"`,

@@ -52,6 +52,8 @@ type Spec struct {
 	Placement Placement `json:"placement,omitempty" doc:"Node selector and tolerations for every platform pod."`
 	Proxy     Proxy     `json:"proxy,omitempty" env:",prefix=PROXY_" doc:"HTTP proxy settings given to every platform container."`
 
+	Trust []TrustedKey `json:"trust,omitempty" doc:"Public keys trusted to sign air-gapped bundles, besides the ones onprem's releases name: install, upgrade, restore and every other command given --bundle refuse a bundle that is unsigned or signed by any other key unless --allow-unsigned is given (docs/air-gapped.md)."`
+
 	Backup Backup `json:"backup,omitempty" doc:"Scheduled backups of the platform to an S3-compatible bucket, and the backups 'onprem upgrade apply' writes there before each step ('onprem backup --help')."`
 
 	Rotation Rotation `json:"rotation,omitempty" doc:"What 'onprem install' renews by itself when it is old; everything else changes only with 'onprem rotate'."`
@@ -337,4 +339,10 @@ func (in *Installation) ReferencedSecrets() []string {
 	add(s.Backup.S3.CASecret)
 	slices.Sort(out)
 	return out
+}
+
+// TrustedKey is a public key the operator trusts to sign bundles.
+type TrustedKey struct {
+	Name      string `json:"name" doc:"Whose key it is, shown when a bundle is verified with it (e.g. platform team)."`
+	PublicKey string `json:"publicKey" doc:"The ed25519 public key: the PEM text of bundle.pub from 'onprem bundle keygen' (-----BEGIN PUBLIC KEY-----), the one line between its BEGIN and END lines, or the base64 of the key's 32 bytes."`
 }

@@ -1,6 +1,10 @@
 package config
 
 import (
+	"strings"
+
+	"onprem.dev/onprem/installer/signing"
+
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -64,6 +68,7 @@ func Validate(in *Installation, src *Source, opts ValidateOptions) error {
 	v.overlays(s)
 	v.placement(s)
 	v.proxy(s)
+	v.trust(s)
 	v.runners(s)
 	v.runtimes(s)
 	v.runtimeConfig(s)
@@ -322,6 +327,30 @@ func (v *validator) placement(s *Spec) {
 			}
 			v.c.add(path+".tolerationSeconds", "", "only with effect NoExecute (effect is %s): set effect: NoExecute or remove it", effect)
 		}
+	}
+}
+
+func (v *validator) trust(s *Spec) {
+	seen := map[string]int{}
+	for i, k := range s.Trust {
+		p := "spec.trust[" + strconv.Itoa(i) + "]"
+		if strings.TrimSpace(k.Name) == "" {
+			v.required(p+".name", "say whose key it is (e.g. platform team)")
+		}
+		if strings.TrimSpace(k.PublicKey) == "" {
+			v.required(p+".publicKey", "the PEM text of bundle.pub ('onprem bundle keygen')")
+			continue
+		}
+		pk, err := signing.ParsePublicKey([]byte(k.PublicKey))
+		if err != nil {
+			v.c.add(p+".publicKey", "give the PEM text of bundle.pub ('onprem bundle keygen'), the line between its BEGIN and END lines, or the base64 of the key's 32 bytes", "%v", err)
+			continue
+		}
+		id := signing.KeyID(pk)
+		if j, dup := seen[id]; dup {
+			v.c.add(p+".publicKey", "remove one of them", "the same key as spec.trust[%d] (%s)", j, id)
+		}
+		seen[id] = i
 	}
 }
 

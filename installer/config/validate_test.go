@@ -144,6 +144,21 @@ func TestValidateRules(t *testing.T) {
 		{"keys max age too long", func(in *Installation) { in.Spec.Rotation.KeysMaxAgeDays = 4000 }, []string{
 			`spec.rotation.keysMaxAgeDays: 4000: give the age in days after which 'onprem install' rotates the signing and encryption keys, 1 to 3650; e.g. 180 rotates the signing and encryption keys twice a year; 0 never rotates them by itself`}},
 		{"keys max age", func(in *Installation) { in.Spec.Rotation.KeysMaxAgeDays = 180 }, nil},
+		{"trusted keys", func(in *Installation) {
+			in.Spec.Trust = []TrustedKey{{Name: "platform team", PublicKey: "MCowBQYDK2VwAyEA0JMk8+R44lX19vq5L7JHoPFdXu2aD8RkEc94WZORgtE="}}
+		}, nil},
+		{"trusted keys wrong", func(in *Installation) {
+			in.Spec.Trust = []TrustedKey{
+				{Name: "a", PublicKey: "MCowBQYDK2VwAyEA0JMk8+R44lX19vq5L7JHoPFdXu2aD8RkEc94WZORgtE="},
+				{PublicKey: "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA0JMk8+R44lX19vq5L7JHoPFdXu2aD8RkEc94WZORgtE=\n-----END PUBLIC KEY-----\n"},
+				{Name: "c", PublicKey: "not a key"},
+				{Name: "d"},
+			}
+		}, []string{
+			`spec.trust[1].name: required: say whose key it is (e.g. platform team)`,
+			`spec.trust[1].publicKey: the same key as spec.trust[0] (sha256:c651e1e2349070e1); remove one of them`,
+			`spec.trust[2].publicKey: public key: neither PEM nor base64; give the PEM text of bundle.pub ('onprem bundle keygen'), the line between its BEGIN and END lines, or the base64 of the key's 32 bytes`,
+			`spec.trust[3].publicKey: required: the PEM text of bundle.pub ('onprem bundle keygen')`}},
 		{"tls mode typo", func(in *Installation) { in.Spec.TLS.Mode = "selfsigned" }, []string{
 			`spec.tls.mode: "selfsigned" is not valid (valid: selfSigned, secret); did you mean "selfSigned"?`}},
 		{"serviceType with existing", func(in *Installation) {

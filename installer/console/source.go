@@ -108,10 +108,11 @@ func Digest(text []byte) string {
 // Actions is the Source of an installation, through installer/action.
 type Actions struct {
 	Target action.Target
-	// Bundles and PublicKey are air-gapped bundles whose releases join the
+	// Bundles, PublicKeys and AllowUnsigned (as for action.Source) are air-gapped bundles whose releases join the
 	// embedded ones (upgrades, preflight, install).
-	Bundles   []string
-	PublicKey string
+	Bundles       []string
+	PublicKeys    []string
+	AllowUnsigned bool
 	// Timeout bounds each component's apply and wait in upgrades and
 	// installs (default: apply's).
 	Timeout time.Duration
@@ -121,7 +122,7 @@ type Actions struct {
 }
 
 func (a Actions) source() action.Source {
-	return action.Source{ConfigPath: a.Target.ConfigPath, Bundles: a.Bundles, PublicKey: a.PublicKey}
+	return action.Source{ConfigPath: a.Target.ConfigPath, Bundles: a.Bundles, PublicKeys: a.PublicKeys, AllowUnsigned: a.AllowUnsigned}
 }
 
 func (a Actions) lockWait() time.Duration {
@@ -289,7 +290,7 @@ func (a Actions) ApplyConfiguration(ctx context.Context, text []byte, p Progress
 // SupportBundle is 'onprem support-bundle' into dir.
 func (a Actions) SupportBundle(ctx context.Context, dir string) (string, error) {
 	out := filepath.Join(dir, support.DefaultFileName(time.Now()))
-	res, _, err := (&action.SupportBundle{Collect: action.Collect{Target: a.Target, Bundles: a.Bundles, PublicKey: a.PublicKey}, Output: out}).Run(ctx)
+	res, _, err := (&action.SupportBundle{Collect: action.Collect{Target: a.Target, Bundles: a.Bundles, PublicKeys: a.PublicKeys, AllowUnsigned: a.AllowUnsigned}, Output: out}).Run(ctx)
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,8 @@
 package release
 
 import (
+	"onprem.dev/onprem/installer/signing"
+
 	"embed"
 	"errors"
 	"fmt"
@@ -142,4 +144,22 @@ func (s *Set) With(rels ...*Release) *Set {
 		return semver.MustParse(out.releases[i].Version).LessThan(semver.MustParse(out.releases[j].Version))
 	})
 	return out
+}
+
+// Keyring is the public keys s's releases trust to sign bundles (each
+// once), named "release VERSION". Call it on the embedded set, before
+// bundles' releases are added: a bundle's manifest cannot vouch for
+// itself.
+func (s *Set) Keyring() (signing.Keyring, error) {
+	var ring signing.Keyring
+	for _, r := range s.releases {
+		for i, k := range r.Trust {
+			key, err := signing.ParseKey(k.Name, "release "+r.Version, k.PublicKey)
+			if err != nil {
+				return nil, fmt.Errorf("release %s: trust[%d]: %w", r.Version, i, err)
+			}
+			ring = ring.With(key)
+		}
+	}
+	return ring, nil
 }

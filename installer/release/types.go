@@ -63,6 +63,20 @@ type Release struct {
 	// list kept here; bundles carry the chart and those images.
 	Runtime    *RemoteChart `json:"runtime,omitempty"`
 	Migrations []Migration  `json:"migrations,omitempty"`
+	// Trust are the public keys this onprem trusts to sign air-gapped
+	// bundles (installer/bundle). Only the releases embedded in the
+	// binary count (Set.Keyring): a bundle's own manifest cannot make
+	// itself trusted.
+	Trust []TrustedKey `json:"trust,omitempty"`
+}
+
+// TrustedKey is a public key trusted to sign bundles.
+type TrustedKey struct {
+	// Name says whose key it is.
+	Name string `json:"name"`
+	// PublicKey is the ed25519 public key: PEM ("PUBLIC KEY") or base64
+	// of its 32 bytes.
+	PublicKey string `json:"publicKey"`
 }
 
 // RemoteChart is a chart of the release that lives in a remote chart

@@ -1,6 +1,8 @@
 package release
 
 import (
+	"onprem.dev/onprem/installer/signing"
+
 	"errors"
 	"fmt"
 	"maps"
@@ -35,6 +37,14 @@ func (r *Release) Validate() error {
 	}
 	if r.Kind != Kind {
 		bad("kind: %q, want %q", r.Kind, Kind)
+	}
+	for i, k := range r.Trust {
+		if strings.TrimSpace(k.Name) == "" {
+			bad("trust[%d].name: required (whose key it is)", i)
+		}
+		if _, err := signing.ParsePublicKey([]byte(k.PublicKey)); err != nil {
+			bad("trust[%d].publicKey: %v", i, err)
+		}
 	}
 	if _, err := semver.StrictNewVersion(r.Version); err != nil {
 		bad("version: %q is not a semantic version (like 2.7.0): %v", r.Version, err)

@@ -215,6 +215,20 @@ type RuntimeConfig struct {
 	ConfigRuntime string `json:"configRuntime,omitempty"`
 }
 
+// BundleUse is an air-gapped bundle an operation took a release from.
+type BundleUse struct {
+	Release string `json:"release"`
+	File    string `json:"file"`
+	// Signer is the id of the public key the bundle is signed with;
+	// TrustedBy the trusted key its signature verified with (id, name,
+	// origin). Public keys only: no secret is recorded.
+	Signer    string `json:"signer,omitempty"`
+	TrustedBy string `json:"trustedBy,omitempty"`
+	// Unverified says why it was used without a trusted signature
+	// (--allow-unsigned); empty when its signature was verified.
+	Unverified string `json:"unverified,omitempty"`
+}
+
 // Operation is one entry of the history.
 type Operation struct {
 	ID            string    `json:"id"`
@@ -229,6 +243,9 @@ type Operation struct {
 	Message       string    `json:"message,omitempty"`
 	Components    []string  `json:"components,omitempty"`
 	SkippedChecks []string  `json:"skippedChecks,omitempty"`
+	// Bundles are the air-gapped bundles the operation's releases came
+	// from, with how their signatures were judged.
+	Bundles []BundleUse `json:"bundles,omitempty"`
 	// Steps are the steps of an upgrade (or the step a rollback undid),
 	// in order.
 	Steps []Step `json:"steps,omitempty"`

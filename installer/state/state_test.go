@@ -98,7 +98,7 @@ func TestNoSecretFields(t *testing.T) {
 	}
 	// Every field made it into the JSON (the check above saw them all).
 	for _, want := range []string{"installation", "configDigest", "components", "chartVersion", "revision", "history",
-		"fromVersion", "finished", "installer", "skippedChecks", "updatedAt"} {
+		"fromVersion", "finished", "installer", "skippedChecks", "updatedAt", "bundles", "signer", "trustedBy", "unverified"} {
 		if !keys[want] {
 			t.Errorf("key %q missing from %s", want, data)
 		}

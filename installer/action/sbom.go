@@ -1,0 +1,121 @@
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"onprem.dev/onprem/installer/bundle"
+	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/installer/sbom"
+	"onprem.dev/onprem/installer/version"
+)
+
+// SBOM formats of 'onprem sbom -o'.
+const (
+	SBOMTable     = output.Table
+	SBOMJSON      = output.JSON
+	SBOMSPDX      = "spdx-json"
+	SBOMCycloneDX = "cyclonedx-json"
+)
+
+// SBOM reads the software bill of materials of a platform release from its
+// bundle: the SBOM bundle create wrote for every image, from the image's
+// own contents. The bundle is verified first (checksums and signature, as
+// for every command that takes one), so the SBOMs are the signed ones.
+type SBOM struct {
+	// Bundle is the bundle file (--bundle; required).
+	Bundle string
+	// PublicKeyPaths and AllowUnsigned: as for BundleVerify.
+	PublicKeyPaths []string
+	AllowUnsigned  bool
+	// Images keeps only these release images (--image; none: all).
+	Images []string
+	// Progress receives byte counts while the bundle is verified.
+	Progress bundle.ProgressFunc
+}
+
+// SBOMResult is the platform's SBOM: each image's inventory.
+type SBOMResult struct {
+	Release string `json:"release"`
+	// Created is when the bundle (and its SBOMs) was made.
+	Created time.Time         `json:"created"`
+	Images  []*sbom.Inventory `json:"images"`
+}
+
+// Run verifies the bundle and reads its SBOMs.
+func (s *SBOM) Run(ctx context.Context) (*SBOMResult, error) {
+	if s.Bundle == "" {
+		return nil, inputErr(errors.New("--bundle FILE is required: the SBOMs are those the bundle carries"))
+	}
+	if err := checkBundleFile(s.Bundle); err != nil {
+		return nil, err
+	}
+	trust, err := bundleTrust(s.PublicKeyPaths, s.AllowUnsigned)
+	if err != nil {
+		return nil, err
+	}
+	b, err := bundle.Open(ctx, s.Bundle, bundle.OpenOptions{Trust: trust, Progress: s.Progress})
+	if err != nil {
+		return nil, trustErr(err)
+	}
+	defer b.Close()
+	invs, err := b.Inventories()
+	if errors.Is(err, bundle.ErrNoSBOM) {
+		return nil, inputErr(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := &SBOMResult{Release: b.Release().Version, Created: b.Metadata().Created}
+	for _, want := range s.Images {
+		if !slices.ContainsFunc(invs, func(i *sbom.Inventory) bool { return i.Image == want }) {
+			var names []string
+			for _, i := range invs {
+				names = append(names, i.Image)
+			}
+			return nil, inputErr(fmt.Errorf("--image %s: release %s has no such image (it has %s)", want, res.Release, strings.Join(names, ", ")))
+		}
+	}
+	for _, i := range invs {
+		if len(s.Images) == 0 || slices.Contains(s.Images, i.Image) {
+			res.Images = append(res.Images, i)
+		}
+	}
+	return res, nil
+}
+
+// WriteSBOM writes the result as format: table (one line per image), json
+// (the inventories), spdx-json (one SPDX 2.3 document: the platform
+// contains each image, which contains its packages) or cyclonedx-json.
+func WriteSBOM(w io.Writer, format string, res *SBOMResult) error {
+	doc := sbom.Document{
+		Name:      "onprem platform " + res.Release,
+		Namespace: "https://onprem.dev/spdx/platform/" + res.Release,
+		Tool:      "onprem-" + version.Version, Created: res.Created,
+		Root: &sbom.Root{Name: "onprem platform", Version: res.Release},
+	}
+	switch format {
+	case SBOMSPDX:
+		return sbom.WriteSPDX(w, doc, res.Images...)
+	case SBOMCycloneDX:
+		return sbom.WriteCycloneDX(w, doc, res.Images...)
+	}
+	return output.Write(w, format, res, func(w io.Writer) {
+		tw := output.NewTable(w)
+		fmt.Fprintln(tw, "IMAGE\tREFERENCE\tOS\tDEB\tGO")
+		for _, i := range res.Images {
+			c := i.Count()
+			os := i.OS
+			if os == "" {
+				os = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", i.Image, i.Reference, os, c[sbom.TypeDeb], c[sbom.TypeGolang])
+		}
+		_ = tw.Flush()
+	})
+}
