@@ -172,7 +172,7 @@ func TestBundleCommands(t *testing.T) {
 	// The SBOMs the bundle carries, once it is verified.
 	pub := filepath.Join(keys, "bundle.pub")
 	code, stdout, stderr = cli(t, dir, "sbom", "--bundle", file, "--public-key", pub)
-	if code != exitOK || !strings.Contains(stdout, "IMAGE") || !strings.Contains(stdout, "pipelines-api") || strings.Count(stdout, "\n") != 43 {
+	if code != exitOK || !strings.Contains(stdout, "USED BY") || !strings.Contains(stdout, "pipelines-api") || strings.Count(stdout, "\n") != 43 {
 		t.Errorf("sbom: %d %q %q", code, stdout, stderr)
 	}
 	code, stdout, _ = cli(t, dir, "sbom", "--bundle", file, "--public-key", pub, "-o", "spdx-json", "--image", "redis")

@@ -25,8 +25,10 @@ the bundle's checksums and signature cover them. This command verifies the
 bundle first (checksums, and its signature by a trusted key, as every
 command that takes a bundle does), then prints:
 
-  -o table            one line per image: reference, OS, package counts
-  -o json             the inventories, as onprem reads them
+  -o table            one line per image: the components that run it (or
+                      the runner, or the runtime chart), reference, OS,
+                      package counts
+  -o json             the inventories, with what runs each image
   -o spdx-json        one SPDX 2.3 document: the platform contains each
                       image, which contains its packages
   -o cyclonedx-json   one CycloneDX 1.6 BOM, the same tree

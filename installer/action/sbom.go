@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"onprem.dev/onprem/installer/bundle"
 	"onprem.dev/onprem/installer/output"
+	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/sbom"
 	"onprem.dev/onprem/installer/version"
 )
@@ -43,8 +45,43 @@ type SBOM struct {
 type SBOMResult struct {
 	Release string `json:"release"`
 	// Created is when the bundle (and its SBOMs) was made.
-	Created time.Time         `json:"created"`
-	Images  []*sbom.Inventory `json:"images"`
+	Created time.Time   `json:"created"`
+	Images  []SBOMImage `json:"images"`
+}
+
+// SBOMImage is one image's inventory and what runs it.
+type SBOMImage struct {
+	*sbom.Inventory
+	// UsedBy names the release's components that run the image, "runner"
+	// for the build runner's, and "runtime chart NAME" for an image the
+	// GitOps runtime's chart runs by itself.
+	UsedBy []string `json:"usedBy,omitempty"`
+}
+
+// imageUsers maps each image name of rel to what runs it.
+func imageUsers(rel *release.Release) map[string][]string {
+	users := map[string][]string{}
+	add := func(img, who string) {
+		if !slices.Contains(users[img], who) {
+			users[img] = append(users[img], who)
+		}
+	}
+	for _, c := range rel.Components {
+		for _, key := range slices.Sorted(maps.Keys(c.Images)) {
+			add(c.Images[key], c.Name)
+		}
+	}
+	if rel.Runner != nil {
+		for _, img := range rel.Runner.Images {
+			add(img, "runner")
+		}
+	}
+	for _, img := range rel.Images {
+		if img.Chart != "" {
+			add(img.Name, "runtime chart "+img.Chart)
+		}
+	}
+	return users
 }
 
 // Run verifies the bundle and reads its SBOMs.
@@ -72,6 +109,7 @@ func (s *SBOM) Run(ctx context.Context) (*SBOMResult, error) {
 		return nil, err
 	}
 	res := &SBOMResult{Release: b.Release().Version, Created: b.Metadata().Created}
+	users := imageUsers(b.Release())
 	for _, want := range s.Images {
 		if !slices.ContainsFunc(invs, func(i *sbom.Inventory) bool { return i.Image == want }) {
 			var names []string
@@ -83,7 +121,7 @@ func (s *SBOM) Run(ctx context.Context) (*SBOMResult, error) {
 	}
 	for _, i := range invs {
 		if len(s.Images) == 0 || slices.Contains(s.Images, i.Image) {
-			res.Images = append(res.Images, i)
+			res.Images = append(res.Images, SBOMImage{Inventory: i, UsedBy: users[i.Image]})
 		}
 	}
 	return res, nil
@@ -99,22 +137,29 @@ func WriteSBOM(w io.Writer, format string, res *SBOMResult) error {
 		Tool:      "onprem-" + version.Version, Created: res.Created,
 		Root: &sbom.Root{Name: "onprem platform", Version: res.Release},
 	}
+	invs := make([]*sbom.Inventory, len(res.Images))
+	for i, img := range res.Images {
+		invs[i] = img.Inventory
+	}
 	switch format {
 	case SBOMSPDX:
-		return sbom.WriteSPDX(w, doc, res.Images...)
+		return sbom.WriteSPDX(w, doc, invs...)
 	case SBOMCycloneDX:
-		return sbom.WriteCycloneDX(w, doc, res.Images...)
+		return sbom.WriteCycloneDX(w, doc, invs...)
 	}
 	return output.Write(w, format, res, func(w io.Writer) {
 		tw := output.NewTable(w)
-		fmt.Fprintln(tw, "IMAGE\tREFERENCE\tOS\tDEB\tGO")
+		fmt.Fprintln(tw, "IMAGE\tUSED BY\tREFERENCE\tOS\tDEB\tGO")
 		for _, i := range res.Images {
 			c := i.Count()
-			os := i.OS
+			os, users := i.OS, strings.Join(i.UsedBy, ", ")
 			if os == "" {
 				os = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", i.Image, i.Reference, os, c[sbom.TypeDeb], c[sbom.TypeGolang])
+			if users == "" {
+				users = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", i.Image, users, i.Reference, os, c[sbom.TypeDeb], c[sbom.TypeGolang])
 		}
 		_ = tw.Flush()
 	})
