@@ -732,6 +732,7 @@ func TestInfraSecretReferences(t *testing.T) {
 			"MONGODB_HOST":           "ext-mongo/host",
 			"MONGODB_PORT":           "ext-mongo/port",
 			"MONGODB_TLS":            "ext-mongo/tls",
+			"MONGODB_REPLICA_SET":    "ext-mongo/replicaSet", // optional: an external replica set's name
 			"MONGODB_ADMIN_USERNAME": "ext-mongo/username",
 			"MONGODB_ADMIN_PASSWORD": "ext-mongo/password"}},
 		{"db-provision", "postgresql", "global: {databases: {postgresql: {external: true, secretName: ext-pg}}}", map[string]string{

@@ -250,7 +250,7 @@ global:
 `))
 	checkEnv(t, onlyContainer(t, o.deploy), []string{
 		"ONPREM_SERVICE", "ONPREM_VERSION", "PORT",
-		"MONGODB_HOST", "MONGODB_PORT", "MONGODB_DATABASE", "MONGODB_USERNAME", "MONGODB_PASSWORD",
+		"MONGODB_HOST", "MONGODB_PORT", "MONGODB_REPLICA_SET", "MONGODB_DATABASE", "MONGODB_USERNAME", "MONGODB_PASSWORD",
 		"POSTGRESQL_HOST", "POSTGRESQL_PORT", "POSTGRESQL_DATABASE", "POSTGRESQL_USERNAME", "POSTGRESQL_PASSWORD",
 		"REDIS_HOST", "REDIS_PORT", "REDIS_PASSWORD",
 		"RABBITMQ_HOST", "RABBITMQ_PORT", "RABBITMQ_USERNAME", "RABBITMQ_PASSWORD",
@@ -259,14 +259,16 @@ global:
 		"ONPREM_VERSION": lit("2.7.0"),
 		"PORT":           lit("8080"),
 		// Host and port from the operator's Secret, never from values.
-		"MONGODB_HOST":    sec("corp-mongodb", "host"),
-		"MONGODB_PORT":    sec("corp-mongodb", "port"),
-		"POSTGRESQL_HOST": sec("corp-postgresql", "host"),
-		"POSTGRESQL_PORT": sec("corp-postgresql", "port"),
-		"REDIS_HOST":      sec("corp-redis", "host"),
-		"REDIS_PORT":      sec("corp-redis", "port"),
-		"RABBITMQ_HOST":   sec("corp-rabbitmq", "host"),
-		"RABBITMQ_PORT":   sec("corp-rabbitmq", "port"),
+		"MONGODB_HOST": sec("corp-mongodb", "host"),
+		"MONGODB_PORT": sec("corp-mongodb", "port"),
+		// An external replica set's name, when the Secret has one.
+		"MONGODB_REPLICA_SET": optSec("corp-mongodb", "replicaSet"),
+		"POSTGRESQL_HOST":     sec("corp-postgresql", "host"),
+		"POSTGRESQL_PORT":     sec("corp-postgresql", "port"),
+		"REDIS_HOST":          sec("corp-redis", "host"),
+		"REDIS_PORT":          sec("corp-redis", "port"),
+		"RABBITMQ_HOST":       sec("corp-rabbitmq", "host"),
+		"RABBITMQ_PORT":       sec("corp-rabbitmq", "port"),
 		// The service's own database and user still come from the Secret
 		// that db-provision created them from.
 		"MONGODB_DATABASE":    sec("onprem-pipeline-manager-mongodb", "database"),

@@ -49,6 +49,9 @@ type dbEndpoint struct {
 	Username string
 	Password string
 	TLS      bool
+	// ReplicaSet is MongoDB's replica set name (key replicaSet, optional):
+	// Host is then a seed member and the set's name is checked.
+	ReplicaSet string
 }
 
 // Addr is host:port.
@@ -236,7 +239,8 @@ func (s databaseSpec) endpoint(ctx context.Context, env *Env, secretName string)
 			fmt.Sprintf("set the key port of Secret %s to the %s server's TCP port", ref, s.product))
 		return nil, &o
 	}
-	ep := &dbEndpoint{Secret: ref, Host: val("host"), Port: port, Username: val("username"), Password: string(sec.Data["password"])}
+	ep := &dbEndpoint{Secret: ref, Host: val("host"), Port: port, Username: val("username"), Password: string(sec.Data["password"]),
+		ReplicaSet: val("replicaSet")}
 	switch strings.ToLower(val("tls")) {
 	case "true":
 		ep.TLS = true
@@ -270,6 +274,11 @@ func (s databaseSpec) connect(ctx context.Context, ep *dbEndpoint) Outcome {
 	hctx, cancel := context.WithTimeout(ctx, dbHandshakeTimeout)
 	defer cancel()
 	ver, err := s.handshake(hctx, ep)
+	var rse *replicaSetError
+	if errors.As(err, &rse) {
+		return connFail(fmt.Sprintf("Secret %s names replica set %q, but %s at %s %s", ep.Secret, ep.ReplicaSet, s.product, addr, rse.found()),
+			rse.remediation(ep.Secret), fromHereNote)
+	}
 	if err != nil {
 		he := &handshakeError{}
 		if !errors.As(classifyNetError(err), &he) {

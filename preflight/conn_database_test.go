@@ -134,6 +134,16 @@ func TestDatabaseChecks(t *testing.T) {
 				o := connRunCheck(t, env, check)
 				connExpect(t, o, Fail, addr, "|", "TLS")
 			})
+			if db == "mongodb" {
+				// A replica set named in the Secret: the seed must be one
+				// of its members. The ring's MongoDB (FerretDB) is a
+				// standalone server.
+				t.Run("replica set of a standalone server", func(t *testing.T) {
+					connPutSecret(t, env, secret, corev1.SecretTypeOpaque, data(func(d map[string]string) { d["replicaSet"] = "rs0" }))
+					o := connRunCheck(t, env, check)
+					connExpect(t, o, Fail, `Secret `+ref+` names replica set "rs0"`, "not a member of a replica set", "|", "remove its key replicaSet")
+				})
+			}
 			t.Run("bad tls value", func(t *testing.T) {
 				connPutSecret(t, env, secret, corev1.SecretTypeOpaque, data(func(d map[string]string) { d["tls"] = "yes" }))
 				connExpect(t, connRunCheck(t, env, check), Fail, `tls is "yes"`)

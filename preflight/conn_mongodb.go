@@ -59,7 +59,40 @@ func mongoHandshake(ctx context.Context, ep *dbEndpoint) (string, error) {
 	if info.Version == "" {
 		return "", fmt.Errorf("buildInfo returned no version")
 	}
+	if ep.ReplicaSet != "" {
+		// The services connect to the set through this seed: it must be
+		// a member of the set the Secret names.
+		var hello struct {
+			SetName string `bson:"setName"`
+		}
+		if err := client.Database("admin").RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+			return "", classifyMongoError(err)
+		}
+		if hello.SetName != ep.ReplicaSet {
+			return "", &replicaSetError{got: hello.SetName}
+		}
+	}
 	return info.Version, nil
+}
+
+// replicaSetError says that the server is not a member of the replica set
+// the Secret names.
+type replicaSetError struct{ got string }
+
+func (e *replicaSetError) Error() string { return "replica set: " + e.found() }
+
+func (e *replicaSetError) found() string {
+	if e.got == "" {
+		return "is not a member of a replica set (a standalone server)"
+	}
+	return fmt.Sprintf("is a member of replica set %q", e.got)
+}
+
+func (e *replicaSetError) remediation(secret string) string {
+	if e.got == "" {
+		return fmt.Sprintf("give a member of the replica set in the keys host and port of Secret %s, or remove its key replicaSet for a standalone server", secret)
+	}
+	return fmt.Sprintf("set the key replicaSet of Secret %s to %q, or give a member of the intended set in its keys host and port", secret, e.got)
 }
 
 func classifyMongoError(err error) error {

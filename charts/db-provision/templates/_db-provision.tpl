@@ -76,6 +76,15 @@ operator's Secret too.
       name: {{ $secret | quote }}
       key: tls
       optional: true
+{{- if eq .db "mongodb" }}
+# An external replica set: its name in the Secret (key replicaSet).
+- name: MONGODB_REPLICA_SET
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret | quote }}
+      key: replicaSet
+      optional: true
+{{- end }}
 {{- else }}
 - name: {{ .host }}
   value: {{ required (printf "global.databases.%s.host is required" .db) $d.host | toString | quote }}

@@ -130,6 +130,11 @@ one place the address lives (the contract forbids taking it from values).
 {{- if $conn.external -}}
 {{ include "service.secretEnv" (dict "name" (printf "%s_HOST" $prefix) "secret" $conn.secretName "key" "host") }}
 {{ include "service.secretEnv" (dict "name" (printf "%s_PORT" $prefix) "secret" $conn.secretName "key" "port") }}
+{{- if eq .db "mongodb" }}
+{{- /* An external replica set: its name in the Secret's key replicaSet,
+the host a seed member. */}}
+{{ include "service.optionalSecretEnv" (dict "name" "MONGODB_REPLICA_SET" "secret" $conn.secretName "key" "replicaSet") }}
+{{- end }}
 {{- else -}}
 - name: {{ $prefix }}_HOST
   value: {{ $conn.host | toString | quote }}
