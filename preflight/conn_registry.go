@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"onprem.dev/onprem/installer/images"
+	"onprem.dev/onprem/installer/imagesig"
 	"onprem.dev/onprem/installer/release"
 )
 
@@ -311,22 +312,7 @@ func pingRegistry(ctx context.Context, reg name.Registry, tr http.RoundTripper) 
 	return errors.Join(errs...)
 }
 
-func isNotFound(err error) bool {
-	var te *transport.Error
-	if !errors.As(err, &te) {
-		return false
-	}
-	if te.StatusCode == http.StatusNotFound {
-		return true
-	}
-	for _, d := range te.Errors {
-		switch d.Code {
-		case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode:
-			return true
-		}
-	}
-	return false
-}
+func isNotFound(err error) bool { return imagesig.IsNotFound(err) }
 
 func isUnauthorized(err error) bool {
 	var te *transport.Error

@@ -5,6 +5,7 @@ package preflight
 func connectionChecks() []Check {
 	return []Check{
 		registryCheck(),
+		signaturesCheck(),
 		mongodbCheck(minMongoDB),
 		postgresqlCheck(minPostgreSQL),
 		redisCheck(minRedis),

@@ -83,6 +83,15 @@ docker config, or --docker-config), unless:
                              org.opencontainers.image.ref.name holding e.g.
                              docker.io/library/redis:7.2.7)
 
+Every image is signed too, in cosign's form (a simple signing payload
+naming its digest), and 'bundle push' attaches those signatures beside
+the relocated images (the tag sha256-<digest>.sig), so that the private
+registry holds signed images: spec.registry.requireSignatures then makes
+preflight and install refuse any image without one. Signatures the source
+registry holds for an image are carried and pushed too; give the
+publishers' public keys with --source-public-key and an image whose
+source signatures none of them made is refused.
+
 The release's GitOps runtime chart is fetched from its chart repository (or
 your mirror of it, --chart-repository) and carried too, its digest pinned.
 
@@ -107,6 +116,8 @@ partial bundle is left behind. Progress goes to stderr.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: platform %s, %d images, %d blobs, %.1f MiB, %s (%.1fs)\n",
 				res.Path, res.Release, res.Images, res.Blobs, float64(res.Size)/(1<<20), signed, res.Seconds)
+			fmt.Fprintf(cmd.OutOrStdout(), "image signatures: %d images signed with the bundle's key; %d carry their source registry's signatures (%d verified with --source-public-key)\n",
+				res.ImagesSigned, res.SourceSigned, res.SourceVerified)
 			return nil
 		},
 	}
@@ -121,6 +132,7 @@ partial bundle is left behind. Progress goes to stderr.`,
 	f.StringVar(&a.Platform, "platform", action.DefaultBundlePlatform, "platform picked from multi-platform images")
 	f.StringVar(&a.DockerConfig, "docker-config", "", "credentials for the source registries: a docker config.json or a dockerconfigjson Secret (default: your docker config)")
 	f.BoolVar(&a.Insecure, "insecure", false, "source registries may use plain HTTP or untrusted certificates")
+	f.StringArrayVar(&a.SourcePublicKeys, "source-public-key", nil, "public key FILE of an image publisher: an image whose source registry holds cosign signatures, none made by these keys, is refused (repeatable)")
 	f.IntVar(&a.Concurrency, "concurrency", 4, "images resolved at once")
 	f.StringVar(&a.RuntimeChartRepository, "chart-repository", "", "a mirror of the release's GitOps runtime chart repository: oci://HOST/PATH or https://HOST/PATH (default: the release's)")
 	f.BoolVar(&a.RuntimeChart.PlainHTTP, "chart-plain-http", false, "reach an oci:// chart repository over plain HTTP")

@@ -118,7 +118,7 @@ func TestBundleCommands(t *testing.T) {
 	// Result on stdout, progress on stderr. 42 images: the release's 27
 	// and the 15 the fixture runtime chart renders by itself.
 	code, stdout, stderr = bundleCLI(t, "create", "--version", "2.8.0", "-o", file, "--oci-layout", oci, "--key", filepath.Join(keys, "bundle.key"), "--platform", "linux/amd64", "--concurrency", "2")
-	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 42 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 1 {
+	if code != exitOK || !strings.HasPrefix(stdout, "wrote "+file+": platform 2.8.0, 42 images, ") || !strings.Contains(stdout, "signed with key sha256:") || strings.Count(stdout, "\n") != 2 || !strings.Contains(stdout, "image signatures: 42 images signed with the bundle's key") {
 		t.Fatalf("create: %d %q %q", code, stdout, stderr)
 	}
 	if !strings.Contains(stderr, "create: ") || !strings.Contains(stderr, "done in") {

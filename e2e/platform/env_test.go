@@ -176,8 +176,11 @@ func (e *env) writeConfig(name, version string, extraOverlays ...string) string 
 			overlays = append(overlays, o)
 		}
 	}
-	trust := ""
+	trust, requireSignatures := "", ""
 	if e.publicKeyFile != "" {
+		// The bundles are signed and push attached their image
+		// signatures: preflight and install refuse any image without one.
+		requireSignatures = ", requireSignatures: true"
 		pem, err := os.ReadFile(e.publicKeyFile)
 		if err != nil {
 			e.t.Fatal(err)
@@ -193,7 +196,7 @@ spec:
   version: %q
   namespace: %s
   domain: %s
-  registry: {host: %q, pathPrefix: onprem, insecure: true}
+  registry: {host: %q, pathPrefix: onprem, insecure: true%s}
   ingress: {serviceType: NodePort}
   components:
     ingress:
@@ -201,7 +204,7 @@ spec:
         nodePorts: {http: 30080, https: %d}
   overlays: [%s]
   runtimeConfig: {accountId: %s}
-`, version, namespace, domain, e.registry, httpsNodePort, strings.Join(overlays, ", "), e2eAccount) + trust
+`, version, namespace, domain, e.registry, requireSignatures, httpsNodePort, strings.Join(overlays, ", "), e2eAccount) + trust
 	path := filepath.Join(e.dir, name)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		e.t.Fatal(err)

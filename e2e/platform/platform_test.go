@@ -115,7 +115,7 @@ func TestPlatform(t *testing.T) {
 			b := filepath.Join(dir, "platform-"+v+".bundle")
 			out := e.onprem("bundle", "create", "--version", v, "--oci-layout", layoutDir,
 				"--chart-repository", charts, "--chart-plain-http", "-o", b)
-			if !strings.Contains(out, "signed with key sha256:") {
+			if !strings.Contains(out, "signed with key sha256:") || !strings.Contains(out, "images signed with the bundle's key") {
 				t.Fatalf("bundle create did not sign: %s", out)
 			}
 			e.onprem("bundle", "push", b, "--registry", e.registry+"/onprem", "--insecure", "--public-key", e.publicKeyFile)
@@ -132,6 +132,12 @@ func TestPlatform(t *testing.T) {
 		i := slices.IndexFunc(rep.Findings, func(f preflight.Finding) bool { return f.ID == "network-policy" })
 		if i < 0 || rep.Findings[i].Result != preflight.Pass || !strings.Contains(rep.Findings[i].Message, "enforced by kube-router") {
 			t.Fatalf("preflight's network-policy check does not say that kube-router enforces NetworkPolicies: %+v", rep.Findings)
+		}
+		// Every image push put in the registry carries the bundle's
+		// signature (spec.registry.requireSignatures).
+		i = slices.IndexFunc(rep.Findings, func(f preflight.Finding) bool { return f.ID == "image-signatures" })
+		if i < 0 || rep.Findings[i].Result != preflight.Pass || !strings.Contains(rep.Findings[i].Message, "carry a valid signature by a trusted key") {
+			t.Fatalf("preflight's image-signatures check: %+v", rep.Findings)
 		}
 	})
 

@@ -72,6 +72,11 @@ type BundleCreate struct {
 	// Unsigned writes a bundle without a signature (--unsigned): every
 	// command that takes it then refuses it unless told --allow-unsigned.
 	Unsigned bool
+	// SourcePublicKeys are public key files of the images' publishers
+	// (--source-public-key): an image whose source registry holds cosign
+	// signatures, none of them made by one of these keys, is refused.
+	// Without them, the source's signatures are carried unverified.
+	SourcePublicKeys []string
 	// Concurrency bounds the images resolved at once (default 4).
 	Concurrency int
 	// Progress receives byte counts while blobs are copied.
@@ -89,6 +94,10 @@ func (c *BundleCreate) Run(ctx context.Context) (*bundle.CreateResult, error) {
 		return nil, inputErr(errors.New("-o FILE: where to write the bundle is required"))
 	}
 	key, err := c.signingKey()
+	if err != nil {
+		return nil, err
+	}
+	sourceKeys, err := loadKeyFiles("--source-public-key", c.SourcePublicKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +131,13 @@ func (c *BundleCreate) Run(ctx context.Context) (*bundle.CreateResult, error) {
 		},
 	}
 	opts.SigningKey = key
-	return bundle.Create(ctx, opts)
+	opts.SourceKeys = sourceKeys
+	res, err := bundle.Create(ctx, opts)
+	var se *bundle.SourceSignatureError
+	if errors.As(err, &se) {
+		return nil, inputErr(err)
+	}
+	return res, err
 }
 
 // signingKey reads the key the bundle is signed with: --key, or the one

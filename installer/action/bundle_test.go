@@ -209,6 +209,7 @@ func TestBundleBadInputIsAnInputErrorAndWritesNothing(t *testing.T) {
 		// the command that makes one.
 		{"no key anywhere", create(func(c *BundleCreate) { c.KeyPath = "" }), "make one with 'onprem bundle keygen' (it writes " + filepath.Join(noKeys, "bundle.key")},
 		{"key and unsigned", create(func(c *BundleCreate) { c.Unsigned = true }), "--key and --unsigned"},
+		{"source public key not a key", create(func(c *BundleCreate) { c.SourcePublicKeys = []string{garbage} }), "--source-public-key: " + garbage},
 
 		{"inspect no file", func() error { _, err := (&BundleInspect{}).Run(ctx); return err }, "no bundle file"},
 		{"inspect missing", func() error { _, err := (&BundleInspect{Path: out}).Run(ctx); return err }, "no such file"},

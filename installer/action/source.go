@@ -204,13 +204,18 @@ func (s Source) trust(set *release.Set) (bundle.Trust, error) {
 
 // loadPublicKeys reads the files of --public-key.
 func loadPublicKeys(paths []string) (signing.Keyring, error) {
+	return loadKeyFiles("--public-key", paths)
+}
+
+// loadKeyFiles reads the public key files given with flag.
+func loadKeyFiles(flag string, paths []string) (signing.Keyring, error) {
 	var ring signing.Keyring
 	for _, p := range paths {
 		pk, err := signing.LoadPublicKey(p)
 		if err != nil {
-			return nil, inputErr(fmt.Errorf("--public-key: %w", err))
+			return nil, inputErr(fmt.Errorf("%s: %w", flag, err))
 		}
-		ring = ring.With(signing.Key{Origin: "--public-key " + p, Public: pk})
+		ring = ring.With(signing.Key{Origin: flag + " " + p, Public: pk})
 	}
 	return ring, nil
 }
@@ -219,13 +224,11 @@ func loadPublicKeys(paths []string) (signing.Keyring, error) {
 // operator's spec.trust. Refusals are input errors: the operator fixes
 // them with a key or --allow-unsigned.
 func judgeBundles(opened []*bundle.Bundle, trust bundle.Trust, spec []config.TrustedKey) error {
-	for i, k := range spec {
-		key, err := signing.ParseKey(k.Name, fmt.Sprintf("spec.trust[%d]", i), k.PublicKey)
-		if err != nil {
-			return inputErr(err) // validation reports it first
-		}
-		trust.Keys = trust.Keys.With(key)
+	keys, err := (&config.Spec{Trust: spec}).TrustedKeys()
+	if err != nil {
+		return inputErr(err) // validation reports it first
 	}
+	trust.Keys = trust.Keys.With(keys...)
 	for _, b := range opened {
 		if _, err := b.CheckTrust(trust); err != nil {
 			return trustErr(err)

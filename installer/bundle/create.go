@@ -71,8 +71,14 @@ type CreateOptions struct {
 	// all, the release's images and, named by their reference, the ones
 	// an upstream chart runs by itself. Without it, the release's images.
 	RenderedImages func(ctx context.Context, runtimeChart *chartv2.Chart) ([]string, error)
-	// SigningKey signs the checksums (optional).
+	// SigningKey signs the checksums and every image (cosign's form, which
+	// push attaches to the relocated images) (optional).
 	SigningKey ed25519.PrivateKey
+	// SourceKeys, when given, are the keys the source registry's image
+	// signatures must verify with: an image whose source holds signatures
+	// of which none is valid with them is refused (SourceSignatureError).
+	// Without them, the source's signatures are carried unverified.
+	SourceKeys signing.Keyring
 	// Concurrency bounds the images resolved at once (default 4).
 	Concurrency int
 	// Progress receives byte counts while blobs are copied.
@@ -89,6 +95,12 @@ type CreateResult struct {
 	Blobs   int    `json:"blobs"`
 	// SBOMPackages counts the packages the images' SBOMs list.
 	SBOMPackages int `json:"sbomPackages"`
+	// ImagesSigned counts the images signed with the bundle's key;
+	// SourceSigned those whose source registry held signatures (carried),
+	// SourceVerified those of which one verified with SourceKeys.
+	ImagesSigned   int `json:"imagesSigned"`
+	SourceSigned   int `json:"sourceSigned"`
+	SourceVerified int `json:"sourceVerified"`
 	// Size is the size of the bundle file in bytes.
 	Size   int64  `json:"size"`
 	Signed bool   `json:"signed"`
@@ -225,6 +237,14 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 			return nil, errors.New("create bundle: the signing key is not a valid ed25519 private key")
 		}
 		meta.KeyID = signing.KeyID(pub)
+		meta.ImageSignatures = ImageSignatureFormat
+	}
+	sigs := make([]*ImageSignatures, len(resolved))
+	if err := parallel(ctx, opts.Concurrency, len(resolved), func(ctx context.Context, i int) (err error) {
+		sigs[i], err = imageSignatures(ctx, opts.Source, &resolved[i], opts.SigningKey, meta.KeyID, opts.SourceKeys)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create bundle: %w", err)
 	}
 	metaJSON, err := encodeMetadata(meta)
 	if err != nil {
@@ -359,6 +379,35 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 		}
 		packages += len(inv.Packages)
 	}
+	signed, sourceSigned, sourceVerified := 0, 0, 0
+	for _, is := range sigs {
+		if is == nil {
+			continue
+		}
+		src, verified := false, false
+		for _, s := range is.Signatures {
+			switch s.From {
+			case FromBundle:
+				signed++
+			case FromSource:
+				src = true
+				verified = verified || s.VerifiedBy != ""
+			}
+		}
+		if src {
+			sourceSigned++
+		}
+		if verified {
+			sourceVerified++
+		}
+		data, err := json.MarshalIndent(is, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("create bundle: the signatures of image %s: %w", is.Image, err)
+		}
+		if err := out.bytes(signaturesPath(is.Image), append(data, '\n')); err != nil {
+			return nil, fmt.Errorf("create bundle: %w", err)
+		}
+	}
 	if err := out.bytes(metadataFile, metaJSON); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
@@ -394,6 +443,7 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	m.finish()
 	res = &CreateResult{
 		Path: opts.Output, Release: rel.Version, Images: len(resolved), Blobs: len(written), SBOMPackages: packages,
+		ImagesSigned: signed, SourceSigned: sourceSigned, SourceVerified: sourceVerified,
 		Size: st.Size(), Signed: opts.SigningKey != nil, KeyID: meta.KeyID,
 		Seconds: time.Since(start).Seconds(),
 	}

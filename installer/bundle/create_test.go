@@ -405,9 +405,11 @@ func TestBundleSBOMs(t *testing.T) {
 	// A bundle of format 1 (no SBOMs) still opens; it has no SBOM to give.
 	retarResummed(t, out, func(n string, d []byte) []byte {
 		if n == metadataFile {
-			d = bytes.Replace(d, []byte(`"formatVersion": 2`), []byte(`"formatVersion": 1`), 1)
+			d = bytes.Replace(d, []byte(`"formatVersion": 3`), []byte(`"formatVersion": 1`), 1)
 			d = bytes.Replace(d, []byte(`,
   "sbom": "spdx-json"`), nil, 1)
+			d = bytes.Replace(d, []byte(`,
+  "imageSignatures": "cosign"`), nil, 1)
 		}
 		return d
 	})

@@ -69,10 +69,16 @@ type SignatureError struct {
 	BundleKeyID string
 	// Keys are the trusted keys it was checked with.
 	Keys signing.Keyring
+	// What is the signature that failed (default: the bundle's).
+	What string
 }
 
 func (e *SignatureError) Error() string {
-	return fmt.Sprintf("bundle %s: signature does not verify with %s: the bundle was changed after it was signed; get it again from its maker", e.Path, e.Keys)
+	what := e.What
+	if what == "" {
+		what = "signature"
+	}
+	return fmt.Sprintf("bundle %s: %s does not verify with %s: the bundle was changed after it was signed; get it again from its maker", e.Path, what, e.Keys)
 }
 
 // AuthError says that a registry refused the credentials (HTTP 401 or 403).

@@ -12,8 +12,9 @@ import (
 // FormatVersion is the version of the bundle layout written by Create.
 // Open refuses bundles of a newer format and reads the older ones: 2 adds
 // the images' SBOMs (sboms/, bundle.json's sbom), which an onprem that
-// reads only 1 would refuse as an unknown field, less clearly.
-const FormatVersion = 2
+// reads only 1 would refuse as an unknown field, less clearly; 3 adds the
+// images' cosign signatures (signatures/, bundle.json's imageSignatures).
+const FormatVersion = 3
 
 // Paths inside a bundle.
 const (
@@ -28,6 +29,7 @@ const (
 	chartsDir     = "charts"
 	manifestsDir  = "manifests"
 	sbomsDir      = "sboms"
+	signaturesDir = "signatures"
 )
 
 // SBOMFormat is the format of the bundle's per-image SBOMs
@@ -69,6 +71,10 @@ type Metadata struct {
 	// SBOM is the format of the SBOM the bundle holds for every image
 	// (SBOMFormat; empty: made by an onprem that wrote none).
 	SBOM string `json:"sbom,omitempty"`
+	// ImageSignatures is the form of the image signatures the bundle
+	// carries for every image (ImageSignatureFormat; empty: none, the
+	// bundle is unsigned or older).
+	ImageSignatures string `json:"imageSignatures,omitempty"`
 }
 
 func (m *Metadata) validate() error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -54,6 +55,16 @@ type ImageInfo struct {
 	// Packages counts what it lists by type (deb, golang).
 	SBOM     string         `json:"sbom,omitempty"`
 	Packages map[string]int `json:"packages,omitempty"`
+	// Signatures says which image signatures the bundle carries for it:
+	// "bundle" (made with the bundle's key) and "source" (found in its
+	// source registry), each with the key that verified it.
+	Signatures []SignatureInfo `json:"signatures,omitempty"`
+}
+
+// SignatureInfo is one image signature a bundle carries.
+type SignatureInfo struct {
+	From       string `json:"from"`
+	VerifiedBy string `json:"verifiedBy,omitempty"`
 }
 
 // ChartInfo is one chart of a bundle.
@@ -84,6 +95,15 @@ func (b *Bundle) Inspect() (*Inspection, error) {
 				return nil, err
 			}
 			info.SBOM, info.Packages = sbomPath(bi.img.Name), inv.Count()
+		}
+		is, err := b.ImageSignatures(bi.img.Name)
+		if err != nil {
+			return nil, err
+		}
+		if is != nil {
+			for _, s := range is.Signatures {
+				info.Signatures = append(info.Signatures, SignatureInfo{From: s.From, VerifiedBy: s.VerifiedBy})
+			}
 		}
 		blobs := append([]v1.Descriptor{bi.desc, bi.manifest.Config}, bi.manifest.Layers...)
 		info.Size = 0
@@ -137,13 +157,25 @@ func (in *Inspection) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "%s; %s\n", sig, ver)
 	fmt.Fprintf(w, "images from %s, platform %s\n\n", in.PlatformImages, in.Platform)
 	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "IMAGE\tREFERENCE\tLAYERS\tSIZE\tSBOM PACKAGES")
+	fmt.Fprintln(tw, "IMAGE\tREFERENCE\tLAYERS\tSIZE\tSBOM PACKAGES\tSIGNATURES")
 	for _, i := range in.Images {
 		pkgs := "none"
 		if i.SBOM != "" {
 			pkgs = fmt.Sprintf("%d deb, %d go", i.Packages[sbom.TypeDeb], i.Packages[sbom.TypeGolang])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", i.Name, i.Reference, i.Layers, formatBytes(i.Size), pkgs)
+		sigs := "none"
+		if len(i.Signatures) > 0 {
+			var parts []string
+			for _, s := range i.Signatures {
+				p := s.From
+				if s.VerifiedBy == "" {
+					p += " (not verified)"
+				}
+				parts = append(parts, p)
+			}
+			sigs = strings.Join(parts, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", i.Name, i.Reference, i.Layers, formatBytes(i.Size), pkgs, sigs)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -327,6 +327,11 @@ func (b *Bundle) load() error {
 				return b.corrupt(sbomPath(img.Name), "is missing (%s says the bundle holds an SBOM of every image)", metadataFile)
 			}
 		}
+		if b.meta.ImageSignatures != "" {
+			if _, ok := b.fsys.files[signaturesPath(img.Name)]; !ok {
+				return b.corrupt(signaturesPath(img.Name), "is missing (%s says the bundle carries the signatures of every image)", metadataFile)
+			}
+		}
 		b.byName[img.Name] = len(b.images)
 		b.images = append(b.images, bundleImage{img: img, source: d.Annotations[AnnotationSource], desc: d, raw: raw, manifest: man})
 	}

@@ -16,8 +16,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"onprem.dev/onprem/installer/images"
+	"onprem.dev/onprem/installer/imagesig"
 	"onprem.dev/onprem/installer/output"
 )
 
@@ -70,6 +72,11 @@ type PushSummary struct {
 	// and tag); ManifestsSkipped those whose tag already pointed to it.
 	ManifestsPushed  int `json:"manifestsPushed"`
 	ManifestsSkipped int `json:"manifestsSkipped"`
+	// SignaturesAttached counts images whose cosign signatures (the
+	// bundle's, and the source registry's it carries) were pushed beside
+	// them; SignaturesUpToDate those whose registry had them all.
+	SignaturesAttached int `json:"signaturesAttached"`
+	SignaturesUpToDate int `json:"signaturesUpToDate"`
 	// Retries counts requests retried after a transient error.
 	Retries int     `json:"retries"`
 	Seconds float64 `json:"seconds"`
@@ -97,9 +104,9 @@ func (s *PushSummary) WriteText(w io.Writer) error {
 	if s.Seconds > 0 {
 		rate = fmt.Sprintf(", %s/s", formatBytes(int64(float64(s.BytesCopied)/s.Seconds)))
 	}
-	_, err := fmt.Fprintf(w, "pushed %d images to %s in %.1fs: %d blobs copied (%s%s), %d mounted, %d already there; %d manifests pushed, %d up to date; %d retries\n",
+	_, err := fmt.Fprintf(w, "pushed %d images to %s in %.1fs: %d blobs copied (%s%s), %d mounted, %d already there; %d manifests pushed, %d up to date; signatures of %d images attached, %d up to date; %d retries\n",
 		len(s.Images), s.Registry, s.Seconds, s.BlobsCopied, formatBytes(s.BytesCopied), rate, s.BlobsMounted, s.BlobsSkipped,
-		s.ManifestsPushed, s.ManifestsSkipped, s.Retries)
+		s.ManifestsPushed, s.ManifestsSkipped, s.SignaturesAttached, s.SignaturesUpToDate, s.Retries)
 	return err
 }
 
@@ -240,7 +247,15 @@ func Push(ctx context.Context, opts PushOptions) (*PushSummary, error) {
 			return p.pushManifest(ctx, todo[i])
 		})
 	}
+	if err == nil {
+		// Signatures, once their images are there.
+		err = parallel(ctx, opts.Concurrency, len(todo), func(ctx context.Context, i int) error {
+			return p.pushSignatures(ctx, todo[i], nopts)
+		})
+	}
 	p.meter.finish()
+	sum.SignaturesAttached = int(p.sigsAttached.Load())
+	sum.SignaturesUpToDate = int(p.sigsUpToDate.Load())
 	sum.BlobsCopied = int(p.copied.Load())
 	sum.BlobsMounted = int(p.mounted.Load())
 	sum.BlobsSkipped = int(p.skipped.Load())
@@ -306,6 +321,7 @@ type pusher struct {
 	meter *meter
 
 	copied, mounted, skipped, bytes, manifests, manifestsSkipped, retries atomic.Int64
+	sigsAttached, sigsUpToDate                                            atomic.Int64
 }
 
 func (p *pusher) do(ctx context.Context, op func() error) error {
@@ -429,5 +445,40 @@ func (p *pusher) pushManifest(ctx context.Context, pi pushImage) error {
 		}
 	}
 	p.manifests.Add(1)
+	return nil
+}
+
+// pushSignatures attaches the image signatures the bundle carries for an
+// image to its relocated copy (cosign's sha256-<hex>.sig tag), beside any
+// the registry holds already.
+func (p *pusher) pushSignatures(ctx context.Context, pi pushImage, nopts []name.Option) error {
+	is, err := p.b.ImageSignatures(pi.bi.img.Name)
+	if err != nil || is == nil {
+		return err
+	}
+	d, err := v1.NewHash(is.Digest)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", pi.bi.img.Name, err)
+	}
+	repo, err := name.NewRepository(p.c.reg.RegistryStr()+"/"+pi.repo, nopts...)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", pi.bi.img.Name, err)
+	}
+	sigs := make([]imagesig.Signature, len(is.Signatures))
+	for i, s := range is.Signatures {
+		sigs[i] = s.Signature
+	}
+	var wrote bool
+	if err := p.do(ctx, func() (err error) {
+		wrote, err = imagesig.Attach(ctx, repo, d, sigs, remote.WithTransport(p.c.client.Transport))
+		return err
+	}); err != nil {
+		return fmt.Errorf("image %s: %w", pi.bi.img.Name, classify(p.c.reg, err))
+	}
+	if wrote {
+		p.sigsAttached.Add(1)
+	} else {
+		p.sigsUpToDate.Add(1)
+	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"onprem.dev/onprem/installer/imagesig"
 )
 
 // ImageRequest asks a Source for one image of the release.
@@ -50,6 +52,19 @@ func (s Sources) Image(ctx context.Context, req ImageRequest) (v1.Image, error) 
 		return nil, fmt.Errorf("no source for this image: %w", ErrImageNotFound)
 	}
 	return s.Default.Image(ctx, req)
+}
+
+// Signatures asks the source of req.Name for the image's signatures, if
+// it can give them (SignatureSource); none otherwise.
+func (s Sources) Signatures(ctx context.Context, req ImageRequest, d v1.Hash) ([]imagesig.Signature, error) {
+	src, ok := s.ByName[req.Name]
+	if !ok || src == nil {
+		src = s.Default
+	}
+	if ss, ok := src.(SignatureSource); ok {
+		return ss.Signatures(ctx, req, d)
+	}
+	return nil, nil
 }
 
 // fromIndex is an image that a source picked from a multi-platform index;

@@ -52,23 +52,7 @@ func (s *remoteSource) Image(ctx context.Context, req ImageRequest) (v1.Image, e
 	if err != nil {
 		return nil, fmt.Errorf("reference %q: %w", refStr, err)
 	}
-	kc := s.opts.Keychain
-	if kc == nil {
-		kc = authn.DefaultKeychain
-	}
-	platform := DefaultPlatform
-	if s.opts.Platform != nil {
-		platform = *s.opts.Platform
-	}
-	rt := s.opts.Transport
-	if rt == nil {
-		t := remote.DefaultTransport.(*http.Transport).Clone()
-		if s.opts.Insecure {
-			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the operator asked for it
-		}
-		rt = t
-	}
-	desc, err := remote.Get(ref, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithPlatform(platform), remote.WithTransport(rt))
+	desc, err := remote.Get(ref, append(s.remoteOptions(ctx), remote.WithPlatform(s.platform()))...)
 	if err != nil {
 		var terr *transport.Error
 		if errors.As(err, &terr) {
@@ -89,4 +73,29 @@ func (s *remoteSource) Image(ctx context.Context, req ImageRequest) (v1.Image, e
 		return &fromIndex{Image: img, index: desc.Digest}, nil
 	}
 	return img, nil
+}
+
+func (s *remoteSource) platform() v1.Platform {
+	if s.opts.Platform != nil {
+		return *s.opts.Platform
+	}
+	return DefaultPlatform
+}
+
+// remoteOptions are the registry options of every request: credentials
+// from the keychain and the transport.
+func (s *remoteSource) remoteOptions(ctx context.Context) []remote.Option {
+	kc := s.opts.Keychain
+	if kc == nil {
+		kc = authn.DefaultKeychain
+	}
+	rt := s.opts.Transport
+	if rt == nil {
+		t := remote.DefaultTransport.(*http.Transport).Clone()
+		if s.opts.Insecure {
+			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the operator asked for it
+		}
+		rt = t
+	}
+	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(rt)}
 }

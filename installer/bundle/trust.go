@@ -74,6 +74,9 @@ func (b *Bundle) CheckTrust(t Trust) (*Provenance, error) {
 	}
 	for _, k := range candidates {
 		if ed25519.Verify(k.Public, b.sums, b.sig) {
+			if err := b.checkImageSignatures(k); err != nil {
+				return nil, err
+			}
 			p.TrustedBy = k.String()
 			if p.KeyID == "" {
 				p.KeyID = k.ID()

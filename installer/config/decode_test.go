@@ -115,7 +115,7 @@ func TestDecodeBadFiles(t *testing.T) {
 		}},
 		{"bad-types.yaml", []string{
 			`testdata/bad-types.yaml:4: spec.version: expected a string, got the number 2.9; quote it to make it a string: "2.9"`,
-			`testdata/bad-types.yaml:6: spec.registry: expected a mapping with the fields host, pathPrefix, pullSecret, insecure, got the string "registry.internal"`,
+			`testdata/bad-types.yaml:6: spec.registry: expected a mapping with the fields host, pathPrefix, pullSecret, insecure, requireSignatures, got the string "registry.internal"`,
 			`testdata/bad-types.yaml:9: spec.modules.gitops.enabled: expected true or false, got the string "yes"`,
 			`testdata/bad-types.yaml:12: spec.overlays[1]: expected a string, got a list`,
 			`testdata/bad-types.yaml:14: spec.runners: expected a list, got a mapping`,

@@ -107,6 +107,9 @@ type Registry struct {
 	PathPrefix string `json:"pathPrefix,omitempty" env:"PATH_PREFIX, overwrite" doc:"Path under the host that images are pushed to, e.g. onprem."`
 	PullSecret string `json:"pullSecret,omitempty" env:"PULL_SECRET, overwrite" doc:"Name of a kubernetes.io/dockerconfigjson Secret in the platform namespace used to pull from the registry."`
 	Insecure   bool   `json:"insecure,omitempty" env:"INSECURE, overwrite" doc:"The registry speaks plain HTTP or has a certificate this machine does not trust."`
+	// RequireSignatures makes preflight and install refuse an image of the
+	// registry that has no valid cosign signature by a trusted key.
+	RequireSignatures bool `json:"requireSignatures,omitempty" env:"REQUIRE_SIGNATURES, overwrite" doc:"Refuse, in preflight and install, any image of the registry without a cosign signature (tag sha256-<digest>.sig) made by a trusted key: the releases' keys and spec.trust. 'onprem bundle push' attaches the signatures a signed bundle carries (docs/air-gapped.md)."`
 }
 
 // Storage holds storage defaults.

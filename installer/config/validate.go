@@ -1,15 +1,15 @@
 package config
 
 import (
-	"strings"
-
-	"onprem.dev/onprem/installer/signing"
-
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
+
+	"onprem.dev/onprem/installer/signing"
 )
 
 // ValidateOptions carries what validation cannot know by itself.
@@ -363,4 +363,18 @@ func (v *validator) proxy(s *Spec) {
 		msg, hint := checkHTTPURL(p, "http", "http://proxy.internal:3128")
 		v.check("spec.proxy.httpsProxy", msg, hint)
 	}
+}
+
+// TrustedKeys reads spec.trust into a keyring (Validate reports a key
+// that does not parse; here it is an error naming the entry).
+func (s *Spec) TrustedKeys() (signing.Keyring, error) {
+	var ring signing.Keyring
+	for i, k := range s.Trust {
+		key, err := signing.ParseKey(k.Name, fmt.Sprintf("spec.trust[%d]", i), k.PublicKey)
+		if err != nil {
+			return nil, err
+		}
+		ring = ring.With(key)
+	}
+	return ring, nil
 }

@@ -113,6 +113,7 @@ func (v *validator) registry(s *Spec) {
 			{"pathPrefix", r.PathPrefix != ""},
 			{"pullSecret", r.PullSecret != ""},
 			{"insecure", r.Insecure},
+			{"requireSignatures", r.RequireSignatures},
 		} {
 			if f.set {
 				v.c.add(path+"."+f.name, "", "only with %s.host: set the registry host too, or remove it", path)

@@ -179,6 +179,11 @@ func TestValidateRules(t *testing.T) {
 			`spec.registry.host: "registry.internal:" has an invalid port "" (valid: 1 to 65535)`}},
 		{"registry host upper", func(in *Installation) { in.Spec.Registry.Host = "Registry" }, []string{
 			`spec.registry.host: "Registry" is not a valid registry host (valid: host or host:port, e.g. registry.internal:5000): a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`}},
+		{"requireSignatures without a registry", func(in *Installation) { in.Spec.Registry = Registry{RequireSignatures: true} }, []string{
+			`spec.registry.requireSignatures: only with spec.registry.host: set the registry host too, or remove it`}},
+		{"requireSignatures with a registry", func(in *Installation) {
+			in.Spec.Registry = Registry{Host: "registry.internal:5000", RequireSignatures: true}
+		}, nil},
 		{"registry ip hosts", func(in *Installation) { in.Spec.Registry.Host = "10.0.0.1:5000" }, nil},
 		{"registry ipv6 host", func(in *Installation) { in.Spec.Registry.Host = "[fd00::1]:5000" }, nil},
 		{"registry localhost", func(in *Installation) { in.Spec.Registry.Host = "localhost" }, nil},
