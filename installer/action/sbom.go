@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/bundle"
+	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/output"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/sbom"
@@ -29,9 +30,20 @@ const (
 // bundle: the SBOM bundle create wrote for every image, from the image's
 // own contents. The bundle is verified first (checksums and signature, as
 // for every command that takes one), so the SBOMs are the signed ones.
+// With Installed instead, it catalogs the images the installed platform's
+// pods run, read from the registries they are pulled from.
 type SBOM struct {
-	// Bundle is the bundle file (--bundle; required).
+	// Bundle is the bundle file (--bundle).
 	Bundle string
+	// Installed catalogs what runs in Namespace (default onprem) of the
+	// Cluster instead (--installed): every container image of its pods,
+	// by the digest the kubelet resolved, read from its registry with the
+	// credentials of DockerConfig (default: the user's docker config).
+	Installed    bool
+	Cluster      kube.Options
+	Namespace    string
+	DockerConfig string
+	Insecure     bool
 	// PublicKeyPaths and AllowUnsigned: as for BundleVerify.
 	PublicKeyPaths []string
 	AllowUnsigned  bool
@@ -86,8 +98,13 @@ func imageUsers(rel *release.Release) map[string][]string {
 
 // Run verifies the bundle and reads its SBOMs.
 func (s *SBOM) Run(ctx context.Context) (*SBOMResult, error) {
-	if s.Bundle == "" {
-		return nil, inputErr(errors.New("--bundle FILE is required: the SBOMs are those the bundle carries"))
+	switch {
+	case s.Installed && s.Bundle != "":
+		return nil, inputErr(errors.New("--bundle and --installed: give one (a release's bundle, or the platform that runs)"))
+	case s.Installed:
+		return s.runInstalled(ctx)
+	case s.Bundle == "":
+		return nil, inputErr(errors.New("--bundle FILE or --installed is required: the SBOMs a bundle carries, or those of the images the installed platform runs"))
 	}
 	if err := checkBundleFile(s.Bundle); err != nil {
 		return nil, err
