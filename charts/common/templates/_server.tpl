@@ -79,3 +79,24 @@ Argument: dict with ctx (the root context) and quantity.
 {{- end -}}
 {{- printf "%.0f" (mulf (float64 $num) (get $factors $unit)) -}}
 {{- end -}}
+
+{{/*
+The PodDisruptionBudget of the chart's pods (charts/README.md: every
+workload with more than one replica has one): one pod at a time, selected
+by the selector labels. A whole object; the caller says when. Argument:
+the root context.
+*/}}
+{{- define "common.podDisruptionBudget" -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ include "common.name" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "common.labels" . | nindent 4 }}
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels:
+      {{- include "common.selectorLabels" . | nindent 6 }}
+{{- end -}}
