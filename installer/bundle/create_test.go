@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -139,8 +140,17 @@ func TestBundleCreateFromRegistryVerifyAndOpen(t *testing.T) {
 			t.Errorf("chart file %s differs: %v", p, err)
 		}
 	}
-	if _, err := charts.LoadFrom(b.Charts(), "redis"); err != nil {
+	// The bundle carries the library chart the others share, and a chart
+	// loaded from it has the library attached, as from charts.FS.
+	if !slices.Contains(names, "common") {
+		t.Errorf("the embedded charts %v lack the library chart common", names)
+	}
+	if ch, err := charts.LoadFrom(b.Charts(), "redis"); err != nil {
 		t.Errorf("loading the bundle's redis chart: %v", err)
+	} else if deps := ch.Dependencies(); len(deps) != 1 || deps[0].Name() != "common" {
+		t.Errorf("the bundle's redis chart has the subcharts %v, want the library common", deps)
+	} else if _, err := charts.Template(ch, "redis", "onprem", nil); err != nil {
+		t.Errorf("rendering the bundle's redis chart: %v", err)
 	}
 	if got, _ := charts.NamesIn(b.Charts()); strings.Join(got, ",") != strings.Join(names, ",") {
 		t.Errorf("bundle charts %v, want %v", got, names)

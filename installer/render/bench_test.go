@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/runtime/runtimetest"
 )
@@ -74,6 +76,11 @@ func BenchmarkRenderPlatformCLI(b *testing.B) {
 	if err := os.CopyFS(filepath.Join(dir, "charts"), st.opts.Charts); err != nil {
 		b.Fatal(err)
 	}
+	// The library chart (file://../common) into the charts/ of each chart
+	// that declares it, as `helm dependency build` would put it there.
+	if err := vendorLibraries(st.opts.Charts, filepath.Join(dir, "charts")); err != nil {
+		b.Fatal(err)
+	}
 	mem, err := st.post.tree(st.objects)
 	if err != nil {
 		b.Fatal(err)
@@ -113,6 +120,36 @@ func BenchmarkRenderPlatformCLI(b *testing.B) {
 			b.Fatalf("kustomize build: %v\n%s", err, out)
 		}
 	}
+}
+
+// vendorLibraries copies into dir/CHART/charts/ the library charts that
+// charts.LoadFrom attaches to each chart of fsys (the sibling folders its
+// Chart.yaml names with file://../), so that the helm command finds them.
+func vendorLibraries(fsys fs.FS, dir string) error {
+	names, err := charts.NamesIn(fsys)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		ch, err := charts.LoadFrom(fsys, n)
+		if err != nil {
+			return err
+		}
+		for _, d := range ch.Metadata.Dependencies {
+			folder, ok := strings.CutPrefix(d.Repository, "file://../")
+			if !ok {
+				continue
+			}
+			sub, err := fs.Sub(fsys, folder)
+			if err != nil {
+				return err
+			}
+			if err := os.CopyFS(filepath.Join(dir, n, "charts", d.Name), sub); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // exportTree writes an in-memory kustomize tree to disk under dir.

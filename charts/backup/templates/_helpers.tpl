@@ -1,22 +1,8 @@
 {{/*
-Names, labels and settings of the backup chart (charts/README.md is the
-contract).
+The backup chart's own helpers. Names, labels and the rest every chart
+shares are the library chart's (charts/common, "common.*"); the name and
+component come from Chart.yaml's annotations.
 */}}
-
-{{- define "backup.name" -}}onprem-backup{{- end -}}
-
-{{- define "backup.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "backup.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name | quote }}
-{{- end -}}
-
-{{- define "backup.labels" -}}
-{{ include "backup.selectorLabels" . }}
-app.kubernetes.io/component: backup
-app.kubernetes.io/part-of: onprem
-app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
-app.kubernetes.io/version: {{ required "global.platform.version is required" .Values.global.platform.version | toString | quote }}
-{{- end -}}
 
 {{/* The endpoint's port: explicit, else 443 (https) or 80 (http). */}}
 {{- define "backup.s3Port" -}}

@@ -156,7 +156,7 @@ backoffLimit: 6
 template:
   metadata:
     labels:
-      {{- include "dbprovision.labels" . | nindent 6 }}
+      {{- include "common.labels" . | nindent 6 }}
       {{- include "dbprovision.flowLabels" . | trim | nindent 6 }}
     annotations:
       checksum/scripts: {{ include "dbprovision.configData" . | sha256sum }}
@@ -168,11 +168,11 @@ template:
     restartPolicy: Never
     automountServiceAccountToken: false
     enableServiceLinks: false
-    {{- with include "dbprovision.imagePullSecrets" . }}
+    {{- with include "common.imagePullSecrets" . }}
     {{- . | nindent 4 }}
     {{- end }}
     securityContext:
-      {{- include "dbprovision.podSecurityContext" (dict "uid" 999 "gid" 999 "fsGroup" 999) | nindent 6 }}
+      {{- include "common.podSecurityContext" (dict "uid" 999 "gid" 999 "fsGroup" 999) | nindent 6 }}
     containers:
       {{- if $svc.mongodb }}
       - name: mongodb
@@ -190,9 +190,9 @@ template:
           - name: HOME
             value: /tmp
           {{- include "dbprovision.databaseEnv" (dict "ctx" . "db" "mongodb" "host" "MONGODB_HOST" "port" "MONGODB_PORT" "tls" "MONGODB_TLS" "username" "MONGODB_ADMIN_USERNAME" "password" "MONGODB_ADMIN_PASSWORD") | trim | nindent 10 }}
-        {{- include "dbprovision.resources" . | nindent 8 }}
+        {{- include "common.resources" . | nindent 8 }}
         securityContext:
-          {{- include "dbprovision.containerSecurityContext" (dict "uid" 999 "gid" 999) | nindent 10 }}
+          {{- include "common.containerSecurityContext" (dict "uid" 999 "gid" 999) | nindent 10 }}
         volumeMounts:
           - name: scripts
             mountPath: /etc/onprem/db-provision
@@ -224,9 +224,9 @@ template:
           - name: PGAPPNAME
             value: onprem-db-provision
           {{- include "dbprovision.databaseEnv" (dict "ctx" . "db" "postgresql" "host" "PGHOST" "port" "PGPORT" "tls" "POSTGRESQL_TLS" "username" "PGUSER" "password" "PGPASSWORD") | trim | nindent 10 }}
-        {{- include "dbprovision.resources" . | nindent 8 }}
+        {{- include "common.resources" . | nindent 8 }}
         securityContext:
-          {{- include "dbprovision.containerSecurityContext" (dict "uid" 999 "gid" 999) | nindent 10 }}
+          {{- include "common.containerSecurityContext" (dict "uid" 999 "gid" 999) | nindent 10 }}
         volumeMounts:
           - name: scripts
             mountPath: /etc/onprem/db-provision
@@ -240,7 +240,7 @@ template:
     volumes:
       - name: scripts
         configMap:
-          name: {{ include "dbprovision.name" . }}
+          name: {{ include "common.name" . }}
       - name: tmp
         emptyDir:
           sizeLimit: 64Mi

@@ -8,12 +8,12 @@ limit and would size its cache from the node's memory, then be killed.
 */}}
 {{- define "mongodb.defaultArgs" -}}
 {{- $args := list "mongod" "--bind_ip_all" "--auth" -}}
-{{- if include "mongodb.ha" . -}}
+{{- if include "common.ha" . -}}
 {{- $args = concat $args (list "--replSet" (include "mongodb.replicaSet" .) "--keyFile" "/etc/mongodb-keyfile/keyfile") -}}
 {{- end -}}
 {{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) -}}
 {{- if $limit -}}
-{{- $bytes := include "mongodb.bytes" $limit | float64 -}}
+{{- $bytes := include "common.bytes" (dict "ctx" . "quantity" $limit) | float64 -}}
 {{- $gb := divf (subf (mulf $bytes 0.5) 536870912.0) 1073741824.0 -}}
 {{- if lt $gb 0.25 }}{{ $gb = 0.25 }}{{ end -}}
 {{- $args = concat $args (list "--wiredTigerCacheSizeGB" (printf "%.2f" $gb)) -}}

@@ -10,10 +10,10 @@ port: 4222
 http_port: 8222
 jetstream {
   store_dir: /data
-  max_file_store: {{ printf "%.0f" (mulf (include "nats.bytes" .Values.persistence.size | float64) 0.9) }}
+  max_file_store: {{ printf "%.0f" (mulf (include "common.bytes" (dict "ctx" . "quantity" .Values.persistence.size) | float64) 0.9) }}
   {{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) }}
   {{- if $limit }}
-  max_memory_store: {{ printf "%.0f" (mulf (include "nats.bytes" $limit | float64) 0.25) }}
+  max_memory_store: {{ printf "%.0f" (mulf (include "common.bytes" (dict "ctx" . "quantity" $limit) | float64) 0.25) }}
   {{- end }}
 }
 {{- end -}}

@@ -12,11 +12,11 @@ log.console.level = info
 log.file = false
 {{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) }}
 {{- if $limit }}
-total_memory_available_override_value = {{ include "rabbitmq.bytes" $limit }}
+total_memory_available_override_value = {{ include "common.bytes" (dict "ctx" . "quantity" $limit) }}
 vm_memory_high_watermark.relative = 0.6
 {{- end }}
-{{- if include "rabbitmq.ha" . }}
-{{- $name := include "rabbitmq.name" . }}
+{{- if include "common.ha" . }}
+{{- $name := include "common.name" . }}
 # High availability: the nodes find each other through the Kubernetes API
 # (the endpoints of the headless Service, by pod hostname).
 cluster_formation.peer_discovery_backend = rabbit_peer_discovery_k8s
@@ -72,7 +72,7 @@ environment variable; the CLI tools (kubectl exec) find it in $HOME too.
   cookie="$HOME/.erlang.cookie"
   rm -f "$cookie"
   (umask 0377 && cat /etc/rabbitmq-cookie/erlang-cookie > "$cookie")
-  {{- if include "rabbitmq.ha" . }}
+  {{- if include "common.ha" . }}
   # Definitions imported at boot (the quorum default) mean RabbitMQ seeds
   # no user: once the node runs, the platform's user is created unless the
   # cluster has it (its secret read from standard input, never an argument).

@@ -21,7 +21,7 @@ never written to a command line that outlives redis-server's start (which
 rewrites its process title) or to a log.
 */}}
 {{- define "redis.haScript" -}}
-{{- $name := include "redis.name" . -}}
+{{- $name := include "common.name" . -}}
 #!/bin/sh
 set -eu
 name={{ $name }}
@@ -81,7 +81,7 @@ server() {
     --requirepass "$REDIS_PASSWORD" --masterauth "$REDIS_PASSWORD"
   {{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) }}
   {{- if $limit }}
-  set -- "$@" --maxmemory {{ printf "%.0f" (mulf (include "redis.bytes" $limit | float64) 0.75) }} --maxmemory-policy noeviction
+  set -- "$@" --maxmemory {{ printf "%.0f" (mulf (include "common.bytes" (dict "ctx" . "quantity" $limit) | float64) 0.75) }} --maxmemory-policy noeviction
   {{- end }}
   if [ -n "${REDIS_BIND:-}" ]; then
     # shellcheck disable=SC2086

@@ -14,7 +14,7 @@ nothing is evicted: build logs must not disappear.
   exec redis-server --port 6379 --requirepass "$REDIS_PASSWORD"
   --dir /data --appendonly yes
   {{- if $limit }}
-  --maxmemory {{ printf "%.0f" (mulf (include "redis.bytes" $limit | float64) 0.75) }}
+  --maxmemory {{ printf "%.0f" (mulf (include "common.bytes" (dict "ctx" . "quantity" $limit) | float64) 0.75) }}
   --maxmemory-policy noeviction
   {{- end }}
 {{- end -}}

@@ -77,15 +77,6 @@ app.kubernetes.io/component: build-engine
 {{ include "runner.commonLabels" . }}
 {{- end -}}
 
-{{- define "runner.imagePullSecrets" -}}
-{{- with .Values.global.imagePullSecrets -}}
-imagePullSecrets:
-{{- range . }}
-  - name: {{ if kindIs "map" . }}{{ .name | quote }}{{ else }}{{ . | quote }}{{ end }}
-{{- end }}
-{{- end -}}
-{{- end -}}
-
 {{/*
 Egress to the outside world on the allowed TCP ports (the platform's
 ingress, Git servers, registries, the proxy). Argument: the root context and
