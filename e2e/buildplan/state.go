@@ -3,10 +3,11 @@ package buildplan
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
+
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // CacheRoot is the folder of every cache of the rings' builds:
@@ -78,13 +79,7 @@ func (r *runner) save(n *node) {
 	if err != nil {
 		return
 	}
-	tmp := fmt.Sprintf("%s.tmp-%d", r.stateFile(), os.Getpid())
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
-		return
-	}
-	if err := os.Rename(tmp, r.stateFile()); err != nil {
-		_ = os.Remove(tmp)
+	if err := fsutil.WriteFileAtomic(r.stateFile(), append(b, '\n'), 0o644); err != nil {
 		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
 	}
 }

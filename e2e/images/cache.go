@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/e2e/buildplan"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // CacheDir is where the images and what they are made of are kept:
@@ -71,7 +72,10 @@ func (b *builder) produce(ctx context.Context, path, want string, make func(ctx 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("creating the cache folder %s: %w", dir, err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock-"+filepath.Base(path)), b.log)
+	lock := filepath.Join(dir, ".lock-"+filepath.Base(path))
+	unlock, err := fsutil.Lock(ctx, lock, func() {
+		b.log("images: waiting for another process that is building (lock %s)", lock)
+	})
 	if err != nil {
 		return false, err
 	}
@@ -98,7 +102,7 @@ func (b *builder) produce(ctx context.Context, path, want string, make func(ctx 
 	if err := os.Rename(tmp, path); err != nil {
 		return false, fmt.Errorf("installing %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path+".stamp", []byte(want+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(path+".stamp", []byte(want+"\n"), 0o644); err != nil {
 		return false, fmt.Errorf("writing the stamp of %s: %w", path, err)
 	}
 	return true, nil
@@ -214,52 +218,6 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// lockFile takes an exclusive flock on path, waiting as long as ctx
-// allows, and says so while it waits for another process.
-func lockFile(ctx context.Context, path string, log func(string, ...any)) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	t0 := time.Now()
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !logged || time.Since(t0) > time.Minute {
-			log("images: waiting for another process that is building (lock %s)", path)
-			logged, t0 = true, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for the lock %s: %w", path, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // hashOf is a short hex SHA-256 of parts (length-prefixed, so that

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // capSysResource is CAP_SYS_RESOURCE's bit in the capability sets.
@@ -191,7 +192,8 @@ func (b *builder) ensureDocker(ctx context.Context) error {
 	if err := b.dockerAnswers(ctx); err == nil {
 		return b.checkDockerRuntime(ctx, needWrapper)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(b.dir, ".dockerd.lock"), b.log)
+	lock := filepath.Join(b.dir, ".dockerd.lock")
+	unlock, err := fsutil.Lock(ctx, lock, func() { b.log("waiting for another process (lock %s)", lock) })
 	if err != nil {
 		return err
 	}
@@ -216,7 +218,7 @@ func (b *builder) ensureDocker(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(cfgPath), 0o755); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(cfgPath, data, 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(cfgPath, data, 0o644); err != nil {
 		return err
 	}
 	logPath := filepath.Join(b.dir, "logs", "dockerd.log")
@@ -317,61 +319,5 @@ func (b *builder) writeRuncWrapper() error {
 	if cur, err := os.ReadFile(path); err == nil && string(cur) == script {
 		return nil
 	}
-	return writeFileAtomic(path, []byte(script), 0o755)
-}
-
-// lockFile takes an exclusive flock on path, waiting for as long as ctx
-// allows, and logs while it waits for another process.
-func lockFile(ctx context.Context, path string, log func(string, ...any)) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	t0 := time.Now()
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !logged || time.Since(t0) > time.Minute {
-			log("waiting for another process (lock %s)", path)
-			logged, t0 = true, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// unmountUnder lazily unmounts every mount point below dir (deepest first).
-func unmountUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	var mounts []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			mounts = append(mounts, f[4])
-		}
-	}
-	var errs []error
-	for i := len(mounts) - 1; i >= 0; i-- {
-		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
-		}
-	}
-	return errors.Join(errs...)
+	return fsutil.WriteFileAtomic(path, []byte(script), 0o755)
 }

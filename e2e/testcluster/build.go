@@ -18,6 +18,7 @@ import (
 
 	"onprem.dev/onprem/e2e/buildplan"
 	"onprem.dev/onprem/e2e/internal/kubemod"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // Pinned versions of everything the harness builds. Each is served by the
@@ -220,7 +221,10 @@ func (b *builder) run(ctx context.Context) (*Bins, error) {
 	if err := os.MkdirAll(b.binDir(), 0o755); err != nil {
 		return nil, err
 	}
-	unlock, err := lockFile(ctx, filepath.Join(b.dir, ".lock"), b.log)
+	lock := filepath.Join(b.dir, ".lock")
+	unlock, err := fsutil.Lock(ctx, lock, func() {
+		b.log("testcluster: waiting for another process's build (lock %s)", lock)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +296,7 @@ func (b *builder) install(ctx context.Context, a artifact) error {
 	if err := os.Remove(final); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := writeFileAtomic(final+".version", []byte(a.version+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(final+".version", []byte(a.version+"\n"), 0o644); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -532,48 +536,6 @@ func (b *builder) collectKwokStages(ctx context.Context, out string) error {
 		fmt.Fprintf(&s, "---\n# %s\n%s\n", rel, bytes.TrimSpace(data))
 	}
 	return os.WriteFile(out, s.Bytes(), 0o644)
-}
-
-// lockFile takes an exclusive flock on path, waiting for as long as ctx
-// allows, and logs while it waits for another process's build.
-func lockFile(ctx context.Context, path string, log func(string, ...any)) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	t0 := time.Now()
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("testcluster: lock %s: %w", path, err)
-		}
-		if !logged || time.Since(t0) > time.Minute {
-			log("testcluster: waiting for another process's build (lock %s)", path)
-			logged, t0 = true, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // tail returns the last n lines of b.
