@@ -435,30 +435,9 @@ func (b *builder) prepareKubeModule(ctx context.Context) error {
 	return err
 }
 
-// kubeLDFlags are the linker flags of an official build's version
-// information, so that /version and the components report KubeVersion.
-func kubeLDFlags() string {
-	major, minor := "1", ""
-	if parts := strings.SplitN(strings.TrimPrefix(KubeVersion, "v"), ".", 3); len(parts) >= 2 {
-		major, minor = parts[0], parts[1]
-	}
-	date := time.Now().UTC().Format("2006-01-02T15:04:05Z")
-	flags := []string{"-s", "-w"}
-	for _, pkg := range []string{"k8s.io/client-go/pkg/version", "k8s.io/component-base/version"} {
-		flags = append(flags,
-			"-X", pkg+".gitVersion="+KubeVersion,
-			"-X", pkg+".gitMajor="+major,
-			"-X", pkg+".gitMinor="+minor,
-			"-X", pkg+".gitTreeState=clean",
-			"-X", pkg+".buildDate="+date,
-		)
-	}
-	return strings.Join(flags, " ")
-}
-
 func (b *builder) buildKube(ctx context.Context, command, out string) error {
 	_, err := b.goCmd(ctx, command, b.kubeSrc(), nil, "build", "-trimpath",
-		"-tags", "selinux,notest,grpcnotrace", "-ldflags", kubeLDFlags(),
+		"-tags", "selinux,notest,grpcnotrace", "-ldflags", kubemod.LDFlags(KubeVersion),
 		"-o", out, kubeModule+"/cmd/"+command)
 	return err
 }
