@@ -166,7 +166,7 @@ func TestFromFilesRefusals(t *testing.T) {
 	if _, err := FromFiles(map[string][]byte{FileState: good[FileState]}); err == nil || !strings.Contains(err.Error(), FileMeta) {
 		t.Errorf("without %s: %v", FileMeta, err)
 	}
-	for _, p := range []string{FileMeta, FileState, FileReleases, FileLogIndex} {
+	for _, p := range []string{FileMeta, FileState, FileReleases, "namespaces/platform/pods.json", FileLogIndex} {
 		bad := map[string][]byte{}
 		for k, v := range good {
 			bad[k] = v
