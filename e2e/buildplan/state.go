@@ -10,18 +10,9 @@ import (
 	"onprem.dev/onprem/internal/fsutil"
 )
 
-// CacheRoot is the folder of every cache of the rings' builds:
-// $ONPREM_CACHE, default /var/cache/onprem.
-func CacheRoot() string {
-	if root := os.Getenv("ONPREM_CACHE"); root != "" {
-		return root
-	}
-	return "/var/cache/onprem"
-}
-
 // StateDir is where the rings keep their build state:
 // $ONPREM_CACHE/buildplan.
-func StateDir() string { return filepath.Join(CacheRoot(), "buildplan") }
+func StateDir() string { return filepath.Join(fsutil.CacheRoot(), "buildplan") }
 
 // record is what StateDir keeps of a step.
 type record struct {

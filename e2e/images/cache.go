@@ -17,14 +17,13 @@ import (
 	"syscall"
 	"time"
 
-	"onprem.dev/onprem/e2e/buildplan"
 	"onprem.dev/onprem/internal/fsutil"
 )
 
 // CacheDir is where the images and what they are made of are kept:
 // $ONPREM_CACHE/images, with ONPREM_CACHE defaulting to /var/cache/onprem.
 func CacheDir() string {
-	return filepath.Join(buildplan.CacheRoot(), "images")
+	return filepath.Join(fsutil.CacheRoot(), "images")
 }
 
 // builder holds what one Build call shares: the cache folder and the log.

@@ -119,7 +119,7 @@ type Toolchain struct {
 // CacheDir returns the harness's default cache folder: $ONPREM_CACHE/kind,
 // with ONPREM_CACHE defaulting to /var/cache/onprem.
 func CacheDir() string {
-	return filepath.Join(buildplan.CacheRoot(), "kind")
+	return filepath.Join(fsutil.CacheRoot(), "kind")
 }
 
 var (

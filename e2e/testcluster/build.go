@@ -62,7 +62,7 @@ type Bins struct {
 // $ONPREM_CACHE/kube/<KubeVersion>, with ONPREM_CACHE defaulting to
 // /var/cache/onprem.
 func CacheDir() string {
-	return filepath.Join(buildplan.CacheRoot(), "kube", KubeVersion)
+	return filepath.Join(fsutil.CacheRoot(), "kube", KubeVersion)
 }
 
 var (
