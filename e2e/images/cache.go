@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"onprem.dev/onprem/e2e/internal/cmdout"
 	"onprem.dev/onprem/internal/fsutil"
 )
 
@@ -145,12 +146,12 @@ func (b *builder) run(ctx context.Context, step string, o cmdOpts, name string, 
 		line = "bash " + strings.Join(args[2:], " ") // name the script, not its text
 	}
 	fmt.Fprintf(logFile, "\n== %s %s\n", time.Now().UTC().Format(time.RFC3339), line)
-	b.log("images: [%s] %s", step, shorten(line, 200))
+	b.log("images: [%s] %s", step, cmdout.Shorten(line, 200))
 	if o.nice {
 		args = append([]string{"-n", "10", name}, args...)
 		name = "nice"
 	}
-	var tail tailBuffer
+	var tail cmdout.TailBuffer
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = o.dir
 	cmd.Env = append(os.Environ(), o.env...)
@@ -165,8 +166,8 @@ func (b *builder) run(ctx context.Context, step string, o cmdOpts, name string, 
 	cmd.WaitDelay = 10 * time.Second
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %s failed after %s (full log %s): %w\n%s", step, shorten(line, 300),
-			time.Since(t0).Round(time.Second), logPath, err, tail.tail(30))
+		return fmt.Errorf("%s: %s failed after %s (full log %s): %w\n%s", step, cmdout.Shorten(line, 300),
+			time.Since(t0).Round(time.Second), logPath, err, tail.Tail(30))
 	}
 	return nil
 }
@@ -184,39 +185,6 @@ func output(ctx context.Context, dir string, env []string, name string, args ...
 		return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
-}
-
-// tailBuffer keeps the last 64 KiB written to it.
-type tailBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > 64<<10 {
-		t.b = t.b[len(t.b)-64<<10:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) tail(n int) string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(string(t.b), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // hashOf is a short hex SHA-256 of parts (length-prefixed, so that

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"onprem.dev/onprem/e2e/internal/cmdout"
 	"onprem.dev/onprem/internal/fsutil"
 )
 
@@ -53,9 +54,9 @@ func (b *builder) runCmd(ctx context.Context, step string, o cmdOpts, name strin
 	}
 	fmt.Fprintf(logFile, "\n== %s %s\n", time.Now().UTC().Format(time.RFC3339), line)
 	if !o.quiet {
-		b.log("[%s] %s", step, shorten(line, 200))
+		b.log("[%s] %s", step, cmdout.Shorten(line, 200))
 	}
-	var out tailBuffer
+	var out cmdout.TailBuffer
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = o.dir
 	cmd.Env = append(os.Environ(), o.env...)
@@ -71,8 +72,8 @@ func (b *builder) runCmd(ctx context.Context, step string, o cmdOpts, name strin
 	cmd.WaitDelay = 10 * time.Second
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s (%s, log %s): %w\n%s", shorten(line, 300), time.Since(t0).Round(time.Second),
-			logFile.Name(), err, out.tail(30))
+		return fmt.Errorf("%s (%s, log %s): %w\n%s", cmdout.Shorten(line, 300), time.Since(t0).Round(time.Second),
+			logFile.Name(), err, out.Tail(30))
 	}
 	return nil
 }
@@ -87,32 +88,6 @@ func output(ctx context.Context, name string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return strings.TrimSpace(stdout.String()), nil
-}
-
-// tailBuffer keeps the last 64 KiB written to it.
-type tailBuffer struct{ b []byte }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > 64<<10 {
-		t.b = t.b[len(t.b)-64<<10:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(string(t.b), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // ensureHostPackages installs the Debian packages the harness needs when

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/e2e/buildplan"
+	"onprem.dev/onprem/e2e/internal/cmdout"
 	"onprem.dev/onprem/e2e/internal/kubemod"
 	"onprem.dev/onprem/internal/fsutil"
 )
@@ -367,7 +368,7 @@ func (b *builder) goCmd(ctx context.Context, step, dir string, extraEnv []string
 	}
 	if err != nil {
 		return out.Bytes(), fmt.Errorf("go %s (in %s, %s): %w\n%s", strings.Join(args, " "), dir,
-			time.Since(t0).Round(time.Second), err, tail(out.Bytes(), 40))
+			time.Since(t0).Round(time.Second), err, cmdout.Tail(out.Bytes(), 40))
 	}
 	b.log("testcluster: [%s] done in %s", step, time.Since(t0).Round(100*time.Millisecond))
 	return out.Bytes(), nil
@@ -388,7 +389,7 @@ func (b *builder) download(ctx context.Context, step, modVersion string) (*modul
 	}
 	var info moduleInfo
 	if err := json.Unmarshal(out, &info); err != nil {
-		return nil, fmt.Errorf("go mod download %s: %w\n%s", modVersion, err, tail(out, 20))
+		return nil, fmt.Errorf("go mod download %s: %w\n%s", modVersion, err, cmdout.Tail(out, 20))
 	}
 	if info.Error != "" {
 		return nil, fmt.Errorf("go mod download %s: %s", modVersion, info.Error)
@@ -515,13 +516,4 @@ func (b *builder) collectKwokStages(ctx context.Context, out string) error {
 		fmt.Fprintf(&s, "---\n# %s\n%s\n", rel, bytes.TrimSpace(data))
 	}
 	return os.WriteFile(out, s.Bytes(), 0o644)
-}
-
-// tail returns the last n lines of b.
-func tail(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
 }
