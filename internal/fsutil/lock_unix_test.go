@@ -30,6 +30,11 @@ func TestLockExcludesASecondHolderInThisProcess(t *testing.T) {
 		unlock2, err = Lock(context.Background(), path, func() { waited.Add(1) })
 		got <- err
 	}()
+	// The second holder says it waits (however slowly the machine
+	// schedules it), and keeps waiting.
+	for deadline := time.Now().Add(10 * time.Second); waited.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	select {
 	case err := <-got:
 		t.Fatalf("a second holder got the lock while the first held it (err %v)", err)
