@@ -17,6 +17,7 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,8 +179,13 @@ func collect(t *testing.T, c *fake.Clientset, o Options) *Snapshot {
 }
 
 func TestCollect(t *testing.T) {
+	var mu sync.Mutex // the collectors of a phase end at once
 	var progress []string
-	s := collect(t, cluster(t), Options{Progress: func(r CollectorResult) { progress = append(progress, r.Name) }})
+	s := collect(t, cluster(t), Options{Progress: func(r CollectorResult) {
+		mu.Lock()
+		defer mu.Unlock()
+		progress = append(progress, r.Name)
+	}})
 
 	if !s.Meta.CollectedAt.Equal(time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)) || s.Meta.CollectedAt.Location() != time.UTC {
 		t.Errorf("CollectedAt %v, want the clock's time in UTC", s.Meta.CollectedAt)
