@@ -3,24 +3,16 @@ package buildplan
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
-)
 
-// CacheRoot is the folder of every cache of the rings' builds:
-// $ONPREM_CACHE, default /var/cache/onprem.
-func CacheRoot() string {
-	if root := os.Getenv("ONPREM_CACHE"); root != "" {
-		return root
-	}
-	return "/var/cache/onprem"
-}
+	"onprem.dev/onprem/internal/fsutil"
+)
 
 // StateDir is where the rings keep their build state:
 // $ONPREM_CACHE/buildplan.
-func StateDir() string { return filepath.Join(CacheRoot(), "buildplan") }
+func StateDir() string { return filepath.Join(fsutil.CacheRoot(), "buildplan") }
 
 // record is what StateDir keeps of a step.
 type record struct {
@@ -78,13 +70,7 @@ func (r *runner) save(n *node) {
 	if err != nil {
 		return
 	}
-	tmp := fmt.Sprintf("%s.tmp-%d", r.stateFile(), os.Getpid())
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
-		return
-	}
-	if err := os.Rename(tmp, r.stateFile()); err != nil {
-		_ = os.Remove(tmp)
+	if err := fsutil.WriteFileAtomic(r.stateFile(), append(b, '\n'), 0o644); err != nil {
 		r.logf("cannot keep the build state in %s: %v", r.o.StateDir, err)
 	}
 }

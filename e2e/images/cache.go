@@ -17,13 +17,14 @@ import (
 	"syscall"
 	"time"
 
-	"onprem.dev/onprem/e2e/buildplan"
+	"onprem.dev/onprem/e2e/internal/cmdout"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // CacheDir is where the images and what they are made of are kept:
 // $ONPREM_CACHE/images, with ONPREM_CACHE defaulting to /var/cache/onprem.
 func CacheDir() string {
-	return filepath.Join(buildplan.CacheRoot(), "images")
+	return filepath.Join(fsutil.CacheRoot(), "images")
 }
 
 // builder holds what one Build call shares: the cache folder and the log.
@@ -71,7 +72,10 @@ func (b *builder) produce(ctx context.Context, path, want string, make func(ctx 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("creating the cache folder %s: %w", dir, err)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".lock-"+filepath.Base(path)), b.log)
+	lock := filepath.Join(dir, ".lock-"+filepath.Base(path))
+	unlock, err := fsutil.Lock(ctx, lock, func() {
+		b.log("images: waiting for another process that is building (lock %s)", lock)
+	})
 	if err != nil {
 		return false, err
 	}
@@ -98,7 +102,7 @@ func (b *builder) produce(ctx context.Context, path, want string, make func(ctx 
 	if err := os.Rename(tmp, path); err != nil {
 		return false, fmt.Errorf("installing %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path+".stamp", []byte(want+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(path+".stamp", []byte(want+"\n"), 0o644); err != nil {
 		return false, fmt.Errorf("writing the stamp of %s: %w", path, err)
 	}
 	return true, nil
@@ -142,12 +146,12 @@ func (b *builder) run(ctx context.Context, step string, o cmdOpts, name string, 
 		line = "bash " + strings.Join(args[2:], " ") // name the script, not its text
 	}
 	fmt.Fprintf(logFile, "\n== %s %s\n", time.Now().UTC().Format(time.RFC3339), line)
-	b.log("images: [%s] %s", step, shorten(line, 200))
+	b.log("images: [%s] %s", step, cmdout.Shorten(line, 200))
 	if o.nice {
 		args = append([]string{"-n", "10", name}, args...)
 		name = "nice"
 	}
-	var tail tailBuffer
+	var tail cmdout.TailBuffer
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = o.dir
 	cmd.Env = append(os.Environ(), o.env...)
@@ -162,8 +166,8 @@ func (b *builder) run(ctx context.Context, step string, o cmdOpts, name string, 
 	cmd.WaitDelay = 10 * time.Second
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %s failed after %s (full log %s): %w\n%s", step, shorten(line, 300),
-			time.Since(t0).Round(time.Second), logPath, err, tail.tail(30))
+		return fmt.Errorf("%s: %s failed after %s (full log %s): %w\n%s", step, cmdout.Shorten(line, 300),
+			time.Since(t0).Round(time.Second), logPath, err, tail.Tail(30))
 	}
 	return nil
 }
@@ -181,85 +185,6 @@ func output(ctx context.Context, dir string, env []string, name string, args ...
 		return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
-}
-
-// tailBuffer keeps the last 64 KiB written to it.
-type tailBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > 64<<10 {
-		t.b = t.b[len(t.b)-64<<10:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) tail(n int) string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	lines := strings.Split(strings.TrimRight(string(t.b), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
-
-// lockFile takes an exclusive flock on path, waiting as long as ctx
-// allows, and says so while it waits for another process.
-func lockFile(ctx context.Context, path string, log func(string, ...any)) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	t0 := time.Now()
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !logged || time.Since(t0) > time.Minute {
-			log("images: waiting for another process that is building (lock %s)", path)
-			logged, t0 = true, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("waiting for the lock %s: %w", path, ctx.Err())
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // hashOf is a short hex SHA-256 of parts (length-prefixed, so that

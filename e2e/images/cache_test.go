@@ -25,6 +25,7 @@ import (
 
 	"onprem.dev/onprem/installer/bundle"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // logLines collects Build's progress lines.
@@ -125,7 +126,7 @@ func TestSecondBuildIsServedFromTheCache(t *testing.T) {
 // build lock of that very image.
 func TestWarmBuildTakesNoLock(t *testing.T) {
 	build(t, "refservice")
-	unlock, err := lockFile(context.Background(), filepath.Join(CacheDir(), "oci", ".lock-refservice"), t.Logf)
+	unlock, err := fsutil.Lock(context.Background(), filepath.Join(CacheDir(), "oci", ".lock-refservice"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // DebianSuite is the Debian release the database images are made from.
@@ -307,31 +308,9 @@ func (b *builder) workDir(name string) (string, func(), error) {
 		return "", nil, fmt.Errorf("creating the scratch folder %s: %w", dir, err)
 	}
 	return dir, func() {
-		_ = unmountUnder(dir)
+		_ = fsutil.UnmountUnder(dir)
 		_ = os.RemoveAll(dir)
 	}, nil
-}
-
-// unmountUnder lazily unmounts every mount point below dir, deepest first.
-func unmountUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			points = append(points, f[4])
-		}
-	}
-	var errs []error
-	for i := len(points) - 1; i >= 0; i-- {
-		if err := syscall.Unmount(points[i], syscall.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", points[i], err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // aptInstall installs Debian packages on this machine when any is

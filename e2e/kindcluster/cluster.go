@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/cluster"
+
+	"onprem.dev/onprem/e2e/internal/cmdout"
 )
 
 const (
@@ -332,7 +334,7 @@ func (c *Cluster) failed(err error) error {
 		{"exec", node, "journalctl", "--no-pager", "-u", "containerd", "-n", "20"},
 	} {
 		out, derr := exec.CommandContext(ctx, c.Toolchain.Docker, diag...).CombinedOutput()
-		c.logf("kindcluster: docker %s (%v):\n%s", strings.Join(diag, " "), derr, tail(out, 40))
+		c.logf("kindcluster: docker %s (%v):\n%s", strings.Join(diag, " "), derr, cmdout.Tail(out, 40))
 	}
 	if keepRequested() {
 		c.Keep()
@@ -471,7 +473,7 @@ func (c *Cluster) NodeExec(ctx context.Context, node string, stdin io.Reader, ar
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return out.Bytes(), fmt.Errorf("docker exec %s %s: %w: %s", node, strings.Join(args, " "), err, tail(out.Bytes(), 20))
+		return out.Bytes(), fmt.Errorf("docker exec %s %s: %w: %s", node, strings.Join(args, " "), err, cmdout.Tail(out.Bytes(), 20))
 	}
 	return out.Bytes(), nil
 }
@@ -568,12 +570,3 @@ func (c *Cluster) Delete(ctx context.Context) error {
 const KeepEnvE2E = "ONPREM_E2E_KEEP"
 
 func keepRequested() bool { return os.Getenv(KeepEnv) == "1" || os.Getenv(KeepEnvE2E) == "1" }
-
-// tail returns the last n lines of b.
-func tail(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}

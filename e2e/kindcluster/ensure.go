@@ -18,6 +18,7 @@ import (
 
 	"onprem.dev/onprem/e2e/buildplan"
 	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // Pinned versions of everything the harness builds or installs.
@@ -118,7 +119,7 @@ type Toolchain struct {
 // CacheDir returns the harness's default cache folder: $ONPREM_CACHE/kind,
 // with ONPREM_CACHE defaulting to /var/cache/onprem.
 func CacheDir() string {
-	return filepath.Join(buildplan.CacheRoot(), "kind")
+	return filepath.Join(fsutil.CacheRoot(), "kind")
 }
 
 var (
@@ -214,7 +215,7 @@ func (b *builder) removeStale() {
 		for _, w := range work {
 			// --one-file-system semantics: a killed rootfs build may have
 			// left /proc mounted inside.
-			_ = unmountUnder(w)
+			_ = fsutil.UnmountUnder(w)
 			_ = os.RemoveAll(w)
 		}
 	}
@@ -267,7 +268,7 @@ func (b *builder) produce(ctx context.Context, version string, paths []string, b
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return false, err
 		}
-		if err := writeFileAtomic(p+".version", []byte(version+"\n"), 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(p+".version", []byte(version+"\n"), 0o644); err != nil {
 			return false, err
 		}
 		if err := os.Rename(filepath.Join(tmp, filepath.Base(p)), p); err != nil {
@@ -286,14 +287,6 @@ func (b *builder) record(what string, d time.Duration) {
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "%s %s built in %s\n", time.Now().UTC().Format(time.RFC3339), what, d.Round(100*time.Millisecond))
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // hashOf returns a short hex SHA-256 of parts.

@@ -79,7 +79,7 @@ func (b *builder) ensureKubeBinaries(ctx context.Context) error {
 				prepared = true
 			}
 			return b.goCmd(ctx, c, src, nil, "build", "-trimpath", "-tags", "selinux,notest,grpcnotrace",
-				"-ldflags", kubeLDFlags(), "-o", filepath.Join(tmp, c), kubeModule+"/cmd/"+c)
+				"-ldflags", kubemod.LDFlags(KubeVersion), "-o", filepath.Join(tmp, c), kubeModule+"/cmd/"+c)
 		})
 		if err != nil {
 			return fmt.Errorf("build %s: %w", c, err)
@@ -158,27 +158,6 @@ func writeModule(src string, files map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// kubeLDFlags are an official build's version flags, so that the
-// components, kubeadm and kubectl report KubeVersion.
-func kubeLDFlags() string {
-	major, minor := "1", ""
-	if parts := strings.SplitN(strings.TrimPrefix(KubeVersion, "v"), ".", 3); len(parts) >= 2 {
-		major, minor = parts[0], parts[1]
-	}
-	date := time.Now().UTC().Format("2006-01-02T15:04:05Z")
-	flags := []string{"-s", "-w"}
-	for _, pkg := range []string{"k8s.io/client-go/pkg/version", "k8s.io/component-base/version"} {
-		flags = append(flags,
-			"-X", pkg+".gitVersion="+KubeVersion,
-			"-X", pkg+".gitMajor="+major,
-			"-X", pkg+".gitMinor="+minor,
-			"-X", pkg+".gitTreeState=clean",
-			"-X", pkg+".buildDate="+date,
-		)
-	}
-	return strings.Join(flags, " ")
 }
 
 // goInstall runs `go install pkgs@version` into a private GOBIN (tmp) and

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"onprem.dev/onprem/e2e/internal/cmdout"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // capSysResource is CAP_SYS_RESOURCE's bit in the capability sets.
@@ -52,9 +54,9 @@ func (b *builder) runCmd(ctx context.Context, step string, o cmdOpts, name strin
 	}
 	fmt.Fprintf(logFile, "\n== %s %s\n", time.Now().UTC().Format(time.RFC3339), line)
 	if !o.quiet {
-		b.log("[%s] %s", step, shorten(line, 200))
+		b.log("[%s] %s", step, cmdout.Shorten(line, 200))
 	}
-	var out tailBuffer
+	var out cmdout.TailBuffer
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = o.dir
 	cmd.Env = append(os.Environ(), o.env...)
@@ -70,8 +72,8 @@ func (b *builder) runCmd(ctx context.Context, step string, o cmdOpts, name strin
 	cmd.WaitDelay = 10 * time.Second
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s (%s, log %s): %w\n%s", shorten(line, 300), time.Since(t0).Round(time.Second),
-			logFile.Name(), err, out.tail(30))
+		return fmt.Errorf("%s (%s, log %s): %w\n%s", cmdout.Shorten(line, 300), time.Since(t0).Round(time.Second),
+			logFile.Name(), err, out.Tail(30))
 	}
 	return nil
 }
@@ -86,32 +88,6 @@ func output(ctx context.Context, name string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return strings.TrimSpace(stdout.String()), nil
-}
-
-// tailBuffer keeps the last 64 KiB written to it.
-type tailBuffer struct{ b []byte }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > 64<<10 {
-		t.b = t.b[len(t.b)-64<<10:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(string(t.b), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }
 
 // ensureHostPackages installs the Debian packages the harness needs when
@@ -191,7 +167,8 @@ func (b *builder) ensureDocker(ctx context.Context) error {
 	if err := b.dockerAnswers(ctx); err == nil {
 		return b.checkDockerRuntime(ctx, needWrapper)
 	}
-	unlock, err := lockFile(ctx, filepath.Join(b.dir, ".dockerd.lock"), b.log)
+	lock := filepath.Join(b.dir, ".dockerd.lock")
+	unlock, err := fsutil.Lock(ctx, lock, func() { b.log("waiting for another process (lock %s)", lock) })
 	if err != nil {
 		return err
 	}
@@ -216,7 +193,7 @@ func (b *builder) ensureDocker(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Dir(cfgPath), 0o755); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(cfgPath, data, 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(cfgPath, data, 0o644); err != nil {
 		return err
 	}
 	logPath := filepath.Join(b.dir, "logs", "dockerd.log")
@@ -317,61 +294,5 @@ func (b *builder) writeRuncWrapper() error {
 	if cur, err := os.ReadFile(path); err == nil && string(cur) == script {
 		return nil
 	}
-	return writeFileAtomic(path, []byte(script), 0o755)
-}
-
-// lockFile takes an exclusive flock on path, waiting for as long as ctx
-// allows, and logs while it waits for another process.
-func lockFile(ctx context.Context, path string, log func(string, ...any)) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	t0 := time.Now()
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		if !logged || time.Since(t0) > time.Minute {
-			log("waiting for another process (lock %s)", path)
-			logged, t0 = true, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// unmountUnder lazily unmounts every mount point below dir (deepest first).
-func unmountUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	var mounts []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			mounts = append(mounts, f[4])
-		}
-	}
-	var errs []error
-	for i := len(mounts) - 1; i >= 0; i-- {
-		if err := syscall.Unmount(mounts[i], syscall.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", mounts[i], err))
-		}
-	}
-	return errors.Join(errs...)
+	return fsutil.WriteFileAtomic(path, []byte(script), 0o755)
 }

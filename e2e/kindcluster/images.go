@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // nodeLayoutVersion changes whenever the way the node image is assembled
@@ -31,7 +32,7 @@ func (b *builder) ensureRootfs(ctx context.Context) error {
 			return err
 		}
 		defer func() {
-			_ = unmountUnder(work)
+			_ = fsutil.UnmountUnder(work)
 			_ = os.RemoveAll(work)
 		}()
 		mirror, err := debianMirror()
@@ -161,7 +162,7 @@ func (b *builder) writeImageStamp(name, hash string) error {
 	if err := os.MkdirAll(filepath.Dir(b.imageStamp(name)), 0o755); err != nil {
 		return err
 	}
-	return writeFileAtomic(b.imageStamp(name), []byte(hash+"\n"), 0o644)
+	return fsutil.WriteFileAtomic(b.imageStamp(name), []byte(hash+"\n"), 0o644)
 }
 
 // ensureBaseImage builds kind's base image from the root filesystem

@@ -11,6 +11,7 @@ import (
 
 	"onprem.dev/onprem/e2e/buildplan"
 	"onprem.dev/onprem/e2e/testcluster"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // Plan is what Ensure builds, as steps of an e2e/buildplan run, for a
@@ -51,7 +52,8 @@ func NewPlan(ctx context.Context, opts Options) (*Plan, error) {
 			return p, nil
 		}
 	}
-	unlock, err := lockFile(ctx, filepath.Join(b.dir, ".lock"), b.log)
+	lock := filepath.Join(b.dir, ".lock")
+	unlock, err := fsutil.Lock(ctx, lock, func() { b.log("waiting for another process (lock %s)", lock) })
 	if err != nil {
 		return nil, err
 	}

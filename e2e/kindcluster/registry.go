@@ -8,6 +8,8 @@ import (
 	"net"
 	"os/exec"
 	"strings"
+
+	"onprem.dev/onprem/e2e/internal/cmdout"
 )
 
 // NetworkName is the docker network kind puts its node containers on.
@@ -20,7 +22,7 @@ func (c *Cluster) HostIP(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, c.Toolchain.Docker, "network", "inspect", NetworkName,
 		"--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("kindcluster: docker network inspect %s: %w: %s", NetworkName, err, tail(out, 5))
+		return "", fmt.Errorf("kindcluster: docker network inspect %s: %w: %s", NetworkName, err, cmdout.Tail(out, 5))
 	}
 	for _, f := range strings.Fields(string(out)) {
 		if ip := net.ParseIP(f); ip != nil && ip.To4() != nil {
@@ -36,7 +38,7 @@ func (c *Cluster) NodeIP(ctx context.Context, node string) (string, error) {
 	out, err := exec.CommandContext(ctx, c.Toolchain.Docker, "inspect", node,
 		"--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("kindcluster: docker inspect %s: %w: %s", node, err, tail(out, 5))
+		return "", fmt.Errorf("kindcluster: docker inspect %s: %w: %s", node, err, cmdout.Tail(out, 5))
 	}
 	for _, f := range strings.Fields(string(out)) {
 		if ip := net.ParseIP(f); ip != nil && ip.To4() != nil {

@@ -28,8 +28,7 @@ import (
 	"onprem.dev/onprem/e2e/prebuild"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/release"
-
-	"onprem.dev/onprem/e2e/buildplan"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // StandIns says what the demo's images really are; the demo prints it.
@@ -70,7 +69,7 @@ func Prepare(ctx context.Context, o Options) (*Result, error) {
 		logf = func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) }
 	}
 	if o.Archive == "" {
-		o.Archive = filepath.Join(buildplan.CacheRoot(), "localdemo", "platform-images.tar")
+		o.Archive = filepath.Join(fsutil.CacheRoot(), "localdemo", "platform-images.tar")
 	}
 	if o.PlatformImages == "" {
 		o.PlatformImages = config.DefaultPlatformImages

@@ -25,6 +25,7 @@ import (
 	"onprem.dev/onprem/e2e/kindcluster"
 	"onprem.dev/onprem/e2e/refservice"
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // env is what the steps of TestPlatform share.
@@ -444,9 +445,5 @@ func (e *env) evidence(step string) {
 // outputDir is where the test leaves what outlives the run (the checkout
 // of a CI run is thrown away).
 func outputDir() string {
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
-	}
-	return filepath.Join(root, "e2e")
+	return filepath.Join(fsutil.CacheRoot(), "e2e")
 }

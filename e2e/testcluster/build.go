@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"onprem.dev/onprem/e2e/buildplan"
+	"onprem.dev/onprem/e2e/internal/cmdout"
 	"onprem.dev/onprem/e2e/internal/kubemod"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // Pinned versions of everything the harness builds. Each is served by the
@@ -61,7 +63,7 @@ type Bins struct {
 // $ONPREM_CACHE/kube/<KubeVersion>, with ONPREM_CACHE defaulting to
 // /var/cache/onprem.
 func CacheDir() string {
-	return filepath.Join(buildplan.CacheRoot(), "kube", KubeVersion)
+	return filepath.Join(fsutil.CacheRoot(), "kube", KubeVersion)
 }
 
 var (
@@ -220,7 +222,10 @@ func (b *builder) run(ctx context.Context) (*Bins, error) {
 	if err := os.MkdirAll(b.binDir(), 0o755); err != nil {
 		return nil, err
 	}
-	unlock, err := lockFile(ctx, filepath.Join(b.dir, ".lock"), b.log)
+	lock := filepath.Join(b.dir, ".lock")
+	unlock, err := fsutil.Lock(ctx, lock, func() {
+		b.log("testcluster: waiting for another process's build (lock %s)", lock)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +297,7 @@ func (b *builder) install(ctx context.Context, a artifact) error {
 	if err := os.Remove(final); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := writeFileAtomic(final+".version", []byte(a.version+"\n"), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(final+".version", []byte(a.version+"\n"), 0o644); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -363,7 +368,7 @@ func (b *builder) goCmd(ctx context.Context, step, dir string, extraEnv []string
 	}
 	if err != nil {
 		return out.Bytes(), fmt.Errorf("go %s (in %s, %s): %w\n%s", strings.Join(args, " "), dir,
-			time.Since(t0).Round(time.Second), err, tail(out.Bytes(), 40))
+			time.Since(t0).Round(time.Second), err, cmdout.Tail(out.Bytes(), 40))
 	}
 	b.log("testcluster: [%s] done in %s", step, time.Since(t0).Round(100*time.Millisecond))
 	return out.Bytes(), nil
@@ -384,7 +389,7 @@ func (b *builder) download(ctx context.Context, step, modVersion string) (*modul
 	}
 	var info moduleInfo
 	if err := json.Unmarshal(out, &info); err != nil {
-		return nil, fmt.Errorf("go mod download %s: %w\n%s", modVersion, err, tail(out, 20))
+		return nil, fmt.Errorf("go mod download %s: %w\n%s", modVersion, err, cmdout.Tail(out, 20))
 	}
 	if info.Error != "" {
 		return nil, fmt.Errorf("go mod download %s: %s", modVersion, info.Error)
@@ -431,30 +436,9 @@ func (b *builder) prepareKubeModule(ctx context.Context) error {
 	return err
 }
 
-// kubeLDFlags are the linker flags of an official build's version
-// information, so that /version and the components report KubeVersion.
-func kubeLDFlags() string {
-	major, minor := "1", ""
-	if parts := strings.SplitN(strings.TrimPrefix(KubeVersion, "v"), ".", 3); len(parts) >= 2 {
-		major, minor = parts[0], parts[1]
-	}
-	date := time.Now().UTC().Format("2006-01-02T15:04:05Z")
-	flags := []string{"-s", "-w"}
-	for _, pkg := range []string{"k8s.io/client-go/pkg/version", "k8s.io/component-base/version"} {
-		flags = append(flags,
-			"-X", pkg+".gitVersion="+KubeVersion,
-			"-X", pkg+".gitMajor="+major,
-			"-X", pkg+".gitMinor="+minor,
-			"-X", pkg+".gitTreeState=clean",
-			"-X", pkg+".buildDate="+date,
-		)
-	}
-	return strings.Join(flags, " ")
-}
-
 func (b *builder) buildKube(ctx context.Context, command, out string) error {
 	_, err := b.goCmd(ctx, command, b.kubeSrc(), nil, "build", "-trimpath",
-		"-tags", "selinux,notest,grpcnotrace", "-ldflags", kubeLDFlags(),
+		"-tags", "selinux,notest,grpcnotrace", "-ldflags", kubemod.LDFlags(KubeVersion),
 		"-o", out, kubeModule+"/cmd/"+command)
 	return err
 }
@@ -532,55 +516,4 @@ func (b *builder) collectKwokStages(ctx context.Context, out string) error {
 		fmt.Fprintf(&s, "---\n# %s\n%s\n", rel, bytes.TrimSpace(data))
 	}
 	return os.WriteFile(out, s.Bytes(), 0o644)
-}
-
-// lockFile takes an exclusive flock on path, waiting for as long as ctx
-// allows, and logs while it waits for another process's build.
-func lockFile(ctx context.Context, path string, log func(string, ...any)) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	t0 := time.Now()
-	logged := false
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-				f.Close()
-			}, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("testcluster: lock %s: %w", path, err)
-		}
-		if !logged || time.Since(t0) > time.Minute {
-			log("testcluster: waiting for another process's build (lock %s)", path)
-			logged, t0 = true, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, perm); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// tail returns the last n lines of b.
-func tail(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = append([]string{"..."}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
 }

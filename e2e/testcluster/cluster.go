@@ -30,6 +30,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"onprem.dev/onprem/e2e/internal/cmdout"
 )
 
 // KeepEnv is the environment variable that keeps the folder of a cluster
@@ -628,7 +630,7 @@ func (c *Cluster) logTail(component string) string {
 	if err != nil {
 		return err.Error()
 	}
-	return tail(b, 30)
+	return cmdout.Tail(b, 30)
 }
 
 // PIDs returns the process ID of every component started, by name. Each is

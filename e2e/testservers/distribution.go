@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"onprem.dev/onprem/e2e/buildplan"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // DistributionVersion is the release of the CNCF distribution registry
@@ -143,7 +143,7 @@ http:
 
 var distribution = &cachedBinary{what: "distribution", file: "registry-" + DistributionVersion, src: "distribution", version: DistributionVersion, build: buildDistribution}
 
-func cacheRoot() string { return buildplan.CacheRoot() }
+func cacheRoot() string { return fsutil.CacheRoot() }
 
 // DistributionBinary returns the path of the registry binary,
 // $ONPREM_CACHE/bin/registry-<DistributionVersion>, building it first when

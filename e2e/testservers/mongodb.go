@@ -22,7 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"onprem.dev/onprem/e2e/buildplan"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // FerretDBVersion is the FerretDB release that MongoDB runs.
@@ -89,7 +89,7 @@ var (
 
 // FerretDBCacheDir is $ONPREM_CACHE/ferretdb.
 func FerretDBCacheDir() string {
-	return filepath.Join(buildplan.CacheRoot(), "ferretdb")
+	return filepath.Join(fsutil.CacheRoot(), "ferretdb")
 }
 
 // FerretDB returns the path of the FerretDB binary, building it first when

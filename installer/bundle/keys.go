@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"onprem.dev/onprem/installer/signing"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // Names of the files Keygen writes.
@@ -61,40 +62,11 @@ func Keygen(opts KeygenOptions) (*KeygenResult, error) {
 		return nil, fmt.Errorf("keygen: %w", err)
 	}
 	res.KeyID = id
-	if err := writeFileAtomic(res.PrivateKey, priv.Bytes(), 0o600); err != nil {
+	if err := fsutil.WriteFileAtomic(res.PrivateKey, priv.Bytes(), 0o600); err != nil {
 		return nil, fmt.Errorf("keygen: %w", err)
 	}
-	if err := writeFileAtomic(res.PublicKey, pub.Bytes(), 0o644); err != nil {
+	if err := fsutil.WriteFileAtomic(res.PublicKey, pub.Bytes(), 0o644); err != nil {
 		return nil, fmt.Errorf("keygen: %w", err)
 	}
 	return res, nil
-}
-
-// writeFileAtomic writes data to a temporary file with mode perm next to
-// path and renames it over path, so that a reader never sees half a key and
-// the mode is right from the first byte.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"onprem.dev/onprem/installer/console"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // serve starts a console of src on a free loopback port for the test and
@@ -62,11 +63,7 @@ func browser(t *testing.T, chrome string, timeout time.Duration) context.Context
 // $ONPREM_CACHE/artifacts/console (default /var/cache/onprem).
 func artifacts(t *testing.T) string {
 	t.Helper()
-	root := os.Getenv("ONPREM_CACHE")
-	if root == "" {
-		root = "/var/cache/onprem"
-	}
-	dir := filepath.Join(root, "artifacts", "console")
+	dir := filepath.Join(fsutil.CacheRoot(), "artifacts", "console")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/runtime/runtimetest"
+	"onprem.dev/onprem/internal/fsutil"
 )
 
 // BenchmarkRenderPlatform renders the whole platform for the default
@@ -174,11 +175,7 @@ func exportTree(mem filesys.FileSystem, dir string) error {
 // building it with `go install pkg@version` first when it is missing.
 func tool(b *testing.B, name, pkg string) string {
 	b.Helper()
-	cache := os.Getenv("ONPREM_CACHE")
-	if cache == "" {
-		cache = "/var/cache/onprem"
-	}
-	bin := filepath.Join(cache, "bin")
+	bin := filepath.Join(fsutil.CacheRoot(), "bin")
 	path := filepath.Join(bin, name)
 	if _, err := os.Stat(path); err == nil {
 		return path

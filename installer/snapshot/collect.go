@@ -67,7 +67,9 @@ type Options struct {
 	// Drift, when set, compares each component's live objects with its
 	// deployed release (it changes nothing).
 	Drift func(ctx context.Context, s *Snapshot) ([]Drift, error)
-	// Progress is told when each collector ends.
+	// Progress is told when each collector ends; the collectors of a
+	// phase run at once, so it may be called from several goroutines at a
+	// time.
 	Progress func(r CollectorResult)
 	// Now is the clock (tests).
 	Now func() time.Time

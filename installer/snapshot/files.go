@@ -189,10 +189,16 @@ func FromFiles(files map[string][]byte) (*Snapshot, error) {
 		if !ok || !isJSON || strings.Contains(kind, "/") {
 			continue
 		}
+		// Checked here, so that the error names the file: put together
+		// below, a broken one would only say that some JSON is invalid.
+		var raw json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
 		if byNS[ns] == nil {
 			byNS[ns] = map[string]json.RawMessage{}
 		}
-		byNS[ns][kind] = b
+		byNS[ns][kind] = raw
 	}
 	for ns, kinds := range byNS {
 		b, err := json.Marshal(kinds)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Module is the module whose commands the wrapper builds.
@@ -54,4 +55,28 @@ func GoMod(kubernetesGoMod []byte, kubeVersion, owner string) (string, error) {
 	}
 	fmt.Fprintf(&s, "\nrequire %s %s\n\nreplace (\n%s\n)\n", Module, kubeVersion, strings.Join(replaces, "\n"))
 	return s.String(), nil
+}
+
+// LDFlags are the linker flags of an official build's version information
+// (-X of gitVersion, gitMajor, gitMinor, gitTreeState and buildDate), so
+// that the components, kubeadm, kubectl and /version report kubeVersion
+// (v<major>.<minor>.<patch>); -s -w leave out the symbol table and the
+// debugging information.
+func LDFlags(kubeVersion string) string {
+	major, minor := "1", ""
+	if parts := strings.SplitN(strings.TrimPrefix(kubeVersion, "v"), ".", 3); len(parts) >= 2 {
+		major, minor = parts[0], parts[1]
+	}
+	date := time.Now().UTC().Format("2006-01-02T15:04:05Z")
+	flags := []string{"-s", "-w"}
+	for _, pkg := range []string{"k8s.io/client-go/pkg/version", "k8s.io/component-base/version"} {
+		flags = append(flags,
+			"-X", pkg+".gitVersion="+kubeVersion,
+			"-X", pkg+".gitMajor="+major,
+			"-X", pkg+".gitMinor="+minor,
+			"-X", pkg+".gitTreeState=clean",
+			"-X", pkg+".buildDate="+date,
+		)
+	}
+	return strings.Join(flags, " ")
 }

@@ -26,3 +26,17 @@ func TestGoMod(t *testing.T) {
 		t.Error("a go.mod without staging replaces was accepted")
 	}
 }
+
+func TestLDFlags(t *testing.T) {
+	got := LDFlags("v1.36.3")
+	if !strings.HasPrefix(got, "-s -w ") {
+		t.Errorf("LDFlags does not start with -s -w: %q", got)
+	}
+	for _, pkg := range []string{"k8s.io/client-go/pkg/version", "k8s.io/component-base/version"} {
+		for _, want := range []string{".gitVersion=v1.36.3 ", ".gitMajor=1 ", ".gitMinor=36 ", ".gitTreeState=clean ", ".buildDate="} {
+			if !strings.Contains(got, "-X "+pkg+want) {
+				t.Errorf("LDFlags lacks -X %s%s: %q", pkg, want, got)
+			}
+		}
+	}
+}
