@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"onprem.dev/onprem/installer/chartfetch"
+	"onprem.dev/onprem/installer/sbom"
 	"onprem.dev/onprem/installer/signing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -132,6 +133,7 @@ func (c *BundleCreate) Run(ctx context.Context) (*bundle.CreateResult, error) {
 	}
 	opts.SigningKey = key
 	opts.SourceKeys = sourceKeys
+	opts.SBOMCache = sbom.DefaultLayerCache()
 	res, err := bundle.Create(ctx, opts)
 	var se *bundle.SourceSignatureError
 	if errors.As(err, &se) {

@@ -79,6 +79,10 @@ type CreateOptions struct {
 	// of which none is valid with them is refused (SourceSignatureError).
 	// Without them, the source's signatures are carried unverified.
 	SourceKeys signing.Keyring
+	// SBOMCache keeps each layer's scan by digest, so that a layer
+	// another bundle carried already is not scanned again (the zero
+	// value: none; sbom.DefaultLayerCache is the user's).
+	SBOMCache sbom.LayerCache
 	// Concurrency bounds the images resolved at once (default 4).
 	Concurrency int
 	// Progress receives byte counts while blobs are copied.
@@ -98,7 +102,11 @@ type CreateResult struct {
 	// ImagesSigned counts the images signed with the bundle's key;
 	// SourceSigned those whose source registry held signatures (carried),
 	// SourceVerified those of which one verified with SourceKeys.
-	ImagesSigned   int `json:"imagesSigned"`
+	ImagesSigned int `json:"imagesSigned"`
+	// LayersScanned counts the layers scanned for the SBOMs, LayersCached
+	// those whose scan the SBOM layer cache had.
+	LayersScanned  int `json:"layersScanned"`
+	LayersCached   int `json:"layersCached"`
 	SourceSigned   int `json:"sourceSigned"`
 	SourceVerified int `json:"sourceVerified"`
 	// Size is the size of the bundle file in bytes.
@@ -293,6 +301,7 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	// images share it), read back from the file while the next blobs are
 	// copied, on every core.
 	scans := newLayerScans(f, runtime.NumCPU())
+	scans.cache = opts.SBOMCache
 	defer scans.wait() // before the file is closed, on every return
 	index := v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex}
 	for _, r := range resolved {
@@ -444,6 +453,7 @@ func Create(ctx context.Context, opts CreateOptions) (res *CreateResult, err err
 	res = &CreateResult{
 		Path: opts.Output, Release: rel.Version, Images: len(resolved), Blobs: len(written), SBOMPackages: packages,
 		ImagesSigned: signed, SourceSigned: sourceSigned, SourceVerified: sourceVerified,
+		LayersScanned: len(scanned) - scans.cached, LayersCached: scans.cached,
 		Size: st.Size(), Signed: opts.SigningKey != nil, KeyID: meta.KeyID,
 		Seconds: time.Since(start).Seconds(),
 	}
@@ -529,6 +539,9 @@ type layerScans struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	layers map[v1.Hash]*sbom.Layer
+	cache  sbom.LayerCache
+	// cached counts the layers the cache had.
+	cached int
 }
 
 func newLayerScans(ra io.ReaderAt, n int) *layerScans {
@@ -538,6 +551,13 @@ func newLayerScans(ra io.ReaderAt, n int) *layerScans {
 // start scans the layer d written at off (size bytes). A layer that cannot
 // be scanned (not a tar) gets a note in the SBOM, not an error.
 func (s *layerScans) start(d v1.Hash, off, size int64) {
+	if l, ok := s.cache.Get(d); ok {
+		s.mu.Lock()
+		s.layers[d] = l
+		s.cached++
+		s.mu.Unlock()
+		return
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -546,6 +566,8 @@ func (s *layerScans) start(d v1.Hash, off, size int64) {
 		l, err := scanLayerStream(io.NewSectionReader(s.ra, off, size))
 		if err != nil {
 			l = &sbom.Layer{Notes: []string{fmt.Sprintf("layer %s was not scanned: %v", d, err)}}
+		} else if err := s.cache.Put(d, l); err != nil {
+			slog.Warn("bundle: the SBOM layer cache", "layer", d, "err", err)
 		}
 		s.mu.Lock()
 		s.layers[d] = l

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -433,5 +434,63 @@ func TestBundleSBOMs(t *testing.T) {
 	}
 	if _, err := old.Inventories(); !errors.Is(err, ErrNoSBOM) {
 		t.Errorf("SBOMs of a format 1 bundle: %v", err)
+	}
+}
+
+// A second bundle of the same images takes every layer's scan from the
+// SBOM layer cache and holds the same SBOMs.
+func TestBundleSBOMLayerCache(t *testing.T) {
+	f := newFixture(t, 8<<10, 2<<10)
+	// Real tar layers (the fixture's random ones are not scanned): one
+	// shared, one of each image's own.
+	tarLayer := func(files map[string]string) v1.Layer {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for n, d := range files {
+			tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(d)), Typeflag: tar.TypeReg})
+			tw.Write([]byte(d))
+		}
+		tw.Close()
+		l, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()), tarball.WithCompressedCaching)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	base := tarLayer(map[string]string{"etc/os-release": "ID=debian\nVERSION_ID=\"12\"\n", "var/lib/dpkg/status": "Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nVersion: 2.36-9+deb12u9\n"})
+	for i, img := range f.rel.Images {
+		ref := images.Repository(img, f.platformImages) + ":" + img.Tag
+		f.byRef[ref] = imageOf(t, base, tarLayer(map[string]string{"srv/own": strconv.Itoa(i)}))
+	}
+	cache := sbom.LayerCache{Dir: t.TempDir()}
+	create := func() (string, *CreateResult) {
+		out := filepath.Join(t.TempDir(), "platform.bundle")
+		res, err := Create(context.Background(), CreateOptions{Release: f.rel, Output: out, Source: f.memorySource(), PlatformImages: f.platformImages, SBOMCache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, res
+	}
+	first, r1 := create()
+	second, r2 := create()
+	if r1.LayersScanned == 0 || r1.LayersCached != 0 || r2.LayersScanned != 0 || r2.LayersCached != r1.LayersScanned {
+		t.Fatalf("first %d scanned, %d cached; second %d scanned, %d cached", r1.LayersScanned, r1.LayersCached, r2.LayersScanned, r2.LayersCached)
+	}
+	ba, err := Open(context.Background(), first, OpenOptions{Trust: allowUnsigned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ba.Close()
+	bb, err := Open(context.Background(), second, OpenOptions{Trust: allowUnsigned})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bb.Close()
+	for _, img := range f.rel.Images {
+		x, err1 := ba.SBOM(img.Name)
+		y, err2 := bb.SBOM(img.Name)
+		if err1 != nil || err2 != nil || len(x) == 0 || !bytes.Equal(x, y) {
+			t.Errorf("the SBOM of %s differs with the cache (%v, %v)", img.Name, err1, err2)
+		}
 	}
 }
