@@ -1,10 +1,8 @@
 package config
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -33,25 +31,18 @@ func (v *validator) runners(s *Spec) {
 	for i, r := range s.Runners {
 		path := indexPath("spec.runners", i)
 		nameOK := false
-		switch {
-		case r.Name == "":
-			v.required(path+".name", "a unique name for the runner (a DNS label of at most "+strconv.Itoa(MaxRunnerNameLength)+" characters)")
-		case len(r.Name) > MaxRunnerNameLength:
-			v.c.add(path+".name", "", "%q is %d characters long: a runner name must be at most %d (its namespace and objects are named after it)", r.Name, len(r.Name), MaxRunnerNameLength)
-		default:
-			if msg := checkDNSLabel(r.Name); msg != "" {
-				v.check(path+".name", msg, "")
-			} else if first, dup := names[r.Name]; dup {
-				v.c.add(path+".name", "", "duplicate runner name %q (also spec.runners[%d]): runner names must be unique", r.Name, first)
-			} else {
-				names[r.Name] = i
-				nameOK = true
-			}
+		if err := ValidateRunnerName(path+".name", r.Name); err != nil {
+			v.rule(err)
+		} else if first, dup := names[r.Name]; dup {
+			v.c.add(path+".name", "", "duplicate runner name %q (also spec.runners[%d]): runner names must be unique", r.Name, first)
+		} else {
+			names[r.Name] = i
+			nameOK = true
 		}
 		// A duplicate name already explains a duplicate default namespace.
 		if r.Namespace != "" && (nameOK || r.Namespace != RunnerNamespacePrefix+r.Name) {
-			if msg := checkNamespace(r.Namespace, "the runner", RunnerNamespacePrefix+cmp.Or(r.Name, "NAME")); msg != "" {
-				v.check(path+".namespace", msg, "")
+			if err := ValidateRunnerNamespace(path+".namespace", r.Namespace, r.Name); err != nil {
+				v.rule(err)
 			} else {
 				p := place{clusterKey(r.Cluster), r.Namespace}
 				if first, dup := places[p]; dup {
@@ -61,9 +52,7 @@ func (v *validator) runners(s *Spec) {
 				}
 			}
 		}
-		if r.Concurrency < 0 || r.Concurrency > MaxRunnerConcurrency {
-			v.c.add(path+".concurrency", "", "%d is out of range (valid: 1 to %d; 0 or unset means %d)", r.Concurrency, MaxRunnerConcurrency, DefaultRunnerConcurrency)
-		}
+		v.rule(ValidateRunnerConcurrency(path+".concurrency", r.Concurrency))
 	}
 }
 
@@ -72,24 +61,15 @@ func (v *validator) runtimes(s *Spec) {
 	clusters := map[clusterKey]int{}
 	for i, rt := range s.Runtimes {
 		path := indexPath("spec.runtimes", i)
-		switch {
-		case rt.Name == "":
-			v.required(path+".name", "a unique name for the runtime (a DNS label); only a single runtime may leave it out, and is then named "+DefaultRuntimeName)
-		case checkDNSLabel(rt.Name) != "":
-			v.check(path+".name", checkDNSLabel(rt.Name), "")
-		default:
-			if first, dup := names[rt.Name]; dup {
-				v.c.add(path+".name", "", "duplicate runtime name %q (also spec.runtimes[%d]): runtime names must be unique", rt.Name, first)
-			} else {
-				names[rt.Name] = i
-			}
+		if err := ValidateRuntimeName(path+".name", rt.Name); err != nil {
+			v.rule(err)
+		} else if first, dup := names[rt.Name]; dup {
+			v.c.add(path+".name", "", "duplicate runtime name %q (also spec.runtimes[%d]): runtime names must be unique", rt.Name, first)
+		} else {
+			names[rt.Name] = i
 		}
 		if rt.Namespace != "" {
-			example := rt.Name
-			if example == "" || IsSystemNamespace(example) {
-				example = DefaultRuntimeName
-			}
-			v.check(path+".namespace", checkNamespace(rt.Namespace, "the runtime", example), "")
+			v.rule(ValidateRuntimeNamespace(path+".namespace", rt.Namespace, rt.Name))
 		}
 
 		key := clusterKey(rt.Cluster)
@@ -104,6 +84,14 @@ func (v *validator) runtimes(s *Spec) {
 		v.runtimeAccess(path+".access", rt.Access)
 		v.gitSources(path, rt.GitSources)
 		v.managedClusters(path, rt.ManagedClusters)
+	}
+}
+
+// rule records the problem that a rule of workloads.go returned (a
+// FieldError), if any.
+func (v *validator) rule(err error) {
+	if fe, ok := err.(FieldError); ok {
+		v.c.add(fe.Path, fe.Hint, "%s", fe.Message)
 	}
 }
 
