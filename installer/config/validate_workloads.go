@@ -1,7 +1,7 @@
 package config
 
 import (
-	"fmt"
+	"errors"
 	"slices"
 	"strings"
 
@@ -230,23 +230,13 @@ func (v *validator) runtimeConfig(s *Spec) {
 	}
 }
 
-// tunnelServer checks the tunnel server of a runtime in mode tunnel. It
-// is required: the chart's default is the vendor's hosted server, which
-// onprem never uses (a cluster with no internet cannot reach it, and a
-// platform behind a firewall must not be served through it).
+// tunnelServer checks the tunnel server of a runtime in mode tunnel (see
+// ValidateTunnelServer).
 func (v *validator) tunnelServer(path string, t TunnelServer) {
-	const what = "mode tunnel needs a tunnel server of yours (an frp server): %s; onprem does not use the vendor's hosted one"
-	if t.Host == "" {
-		v.required(path+".host", fmt.Sprintf(what, "the host the runtime's tunnel client registers with, reachable from the runtime's cluster, e.g. tunnels-register.example.com"))
-	} else {
-		v.check(path+".host", checkDNSSubdomain(t.Host), "")
-	}
-	if t.SubdomainHost == "" {
-		v.required(path+".subdomainHost", fmt.Sprintf(what, "the domain under which it serves each runtime as ACCOUNT-NAME.SUBDOMAINHOST, reachable from the platform, e.g. tunnels.example.com"))
-	} else {
-		v.check(path+".subdomainHost", checkDNSSubdomain(t.SubdomainHost), "")
-	}
-	if t.Port != 0 && len(validation.IsValidPortNum(t.Port)) > 0 {
-		v.c.add(path+".port", "", "%d is not a port (valid: 1 to 65535; default 443)", t.Port)
+	var es Errors
+	if errors.As(ValidateTunnelServer(path, t), &es) {
+		for _, e := range es {
+			v.rule(e)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"fmt"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,6 +27,16 @@ const (
 	// RunnerEngineSuffix makes the build engine's namespace from the
 	// runner's (see RunnerEngineNamespace).
 	RunnerEngineSuffix = "-engine"
+)
+
+// Defaults of a runtime's access that the render applies (SetDefaults
+// leaves the fields empty, as onprem.yaml documents them).
+const (
+	// DefaultRuntimeAccessMode is the mode of an access that sets none.
+	DefaultRuntimeAccessMode = RuntimeAccessIngress
+	// DefaultTunnelServerPort is the port of a tunnel server that sets
+	// none.
+	DefaultTunnelServerPort = 443
 )
 
 // Limits that follow from the names above.
@@ -73,6 +84,14 @@ func RuntimeDefaults(rt Runtime) Runtime {
 	setString(&rt.Namespace, rt.Name)
 	return rt
 }
+
+// RuntimeAccessMode is the mode of a runtime's access:
+// DefaultRuntimeAccessMode when unset.
+func RuntimeAccessMode(a RuntimeAccess) string { return cmp.Or(a.Mode, DefaultRuntimeAccessMode) }
+
+// TunnelServerPort is the port of a tunnel server: DefaultTunnelServerPort
+// when unset.
+func TunnelServerPort(t TunnelServer) int { return cmp.Or(t.Port, DefaultTunnelServerPort) }
 
 // ValidateRunner checks a runner whose defaults are applied (see
 // RunnerDefaults) with ValidateRunnerName, ValidateRunnerNamespace and
@@ -165,6 +184,30 @@ func ValidateRuntimeNamespace(path, namespace, name string) error {
 		example = DefaultRuntimeName
 	}
 	return fieldError(path, "", checkNamespace(namespace, "the runtime", example))
+}
+
+// ValidateTunnelServer checks the tunnel server of a runtime in access mode
+// tunnel at path (spec.runtimes[0].access.tunnelServer). It is required:
+// the chart's default is the vendor's hosted server, which onprem never
+// uses (a cluster with no internet cannot reach it, and a platform behind
+// a firewall must not be served through it). It returns Errors, or nil.
+func ValidateTunnelServer(path string, t TunnelServer) error {
+	const what = "mode tunnel needs a tunnel server of yours (an frp server): %s; onprem does not use the vendor's hosted one"
+	var host, subdomain, port error
+	if t.Host == "" {
+		host = fieldError(path+".host", "", "required: "+fmt.Sprintf(what, "the host the runtime's tunnel client registers with, reachable from the runtime's cluster, e.g. tunnels-register.example.com"))
+	} else {
+		host = fieldError(path+".host", "", checkDNSSubdomain(t.Host))
+	}
+	if t.SubdomainHost == "" {
+		subdomain = fieldError(path+".subdomainHost", "", "required: "+fmt.Sprintf(what, "the domain under which it serves each runtime as ACCOUNT-NAME.SUBDOMAINHOST, reachable from the platform, e.g. tunnels.example.com"))
+	} else {
+		subdomain = fieldError(path+".subdomainHost", "", checkDNSSubdomain(t.SubdomainHost))
+	}
+	if t.Port != 0 && len(validation.IsValidPortNum(t.Port)) > 0 {
+		port = fieldError(path+".port", "", sprintf("%d is not a port (valid: 1 to 65535; default %d)", t.Port, DefaultTunnelServerPort))
+	}
+	return collect(host, subdomain, port)
 }
 
 // fieldError is the problem msg (with hint) at path, or nil when msg is

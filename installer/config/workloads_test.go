@@ -157,3 +157,30 @@ func assertErrorPrefixes(t *testing.T, err error, want ...string) {
 		}
 	}
 }
+
+func TestTunnelServerRule(t *testing.T) {
+	if err := ValidateTunnelServer("p", TunnelServer{Host: "tunnels-register.example.com", SubdomainHost: "tunnels.example.com", Port: 7000}); err != nil {
+		t.Error(err)
+	}
+	assertErrorPrefixes(t, ValidateTunnelServer("spec.runtimes[0].access.tunnelServer", TunnelServer{}),
+		`spec.runtimes[0].access.tunnelServer.host: required: mode tunnel needs a tunnel server of yours (an frp server): the host`,
+		`spec.runtimes[0].access.tunnelServer.subdomainHost: required: mode tunnel needs a tunnel server of yours (an frp server): the domain`)
+	assertErrorPrefixes(t, ValidateTunnelServer("ts", TunnelServer{Host: "Bad_Host", SubdomainHost: "t.example.com", Port: 70000}),
+		`ts.host: "Bad_Host" is not a valid DNS subdomain`,
+		`ts.port: 70000 is not a port (valid: 1 to 65535; default 443)`)
+}
+
+func TestRuntimeAccessDefaults(t *testing.T) {
+	if m := RuntimeAccessMode(RuntimeAccess{}); m != RuntimeAccessIngress {
+		t.Errorf("default mode %q", m)
+	}
+	if m := RuntimeAccessMode(RuntimeAccess{Mode: RuntimeAccessURL}); m != RuntimeAccessURL {
+		t.Errorf("mode %q", m)
+	}
+	if p := TunnelServerPort(TunnelServer{}); p != 443 {
+		t.Errorf("default port %d", p)
+	}
+	if p := TunnelServerPort(TunnelServer{Port: 7000}); p != 7000 {
+		t.Errorf("port %d", p)
+	}
+}
