@@ -30,15 +30,7 @@ func (v *validator) runners(s *Spec) {
 	places := map[place]int{}
 	for i, r := range s.Runners {
 		path := indexPath("spec.runners", i)
-		nameOK := false
-		if err := ValidateRunnerName(path+".name", r.Name); err != nil {
-			v.rule(err)
-		} else if first, dup := names[r.Name]; dup {
-			v.c.add(path+".name", "", "duplicate runner name %q (also spec.runners[%d]): runner names must be unique", r.Name, first)
-		} else {
-			names[r.Name] = i
-			nameOK = true
-		}
+		nameOK := v.unique(path+".name", ValidateRunnerName(path+".name", r.Name), "runner", r.Name, names, i, "spec.runners", "runner names must be unique")
 		// A duplicate name already explains a duplicate default namespace.
 		if r.Namespace != "" && (nameOK || r.Namespace != RunnerNamespacePrefix+r.Name) {
 			if err := ValidateRunnerNamespace(path+".namespace", r.Namespace, r.Name); err != nil {
@@ -61,13 +53,7 @@ func (v *validator) runtimes(s *Spec) {
 	clusters := map[clusterKey]int{}
 	for i, rt := range s.Runtimes {
 		path := indexPath("spec.runtimes", i)
-		if err := ValidateRuntimeName(path+".name", rt.Name); err != nil {
-			v.rule(err)
-		} else if first, dup := names[rt.Name]; dup {
-			v.c.add(path+".name", "", "duplicate runtime name %q (also spec.runtimes[%d]): runtime names must be unique", rt.Name, first)
-		} else {
-			names[rt.Name] = i
-		}
+		v.unique(path+".name", ValidateRuntimeName(path+".name", rt.Name), "runtime", rt.Name, names, i, "spec.runtimes", "runtime names must be unique")
 		if rt.Namespace != "" {
 			v.rule(ValidateRuntimeNamespace(path+".namespace", rt.Namespace, rt.Name))
 		}
@@ -165,18 +151,28 @@ func (v *validator) managedClusters(runtimePath string, clusters []ManagedCluste
 
 // uniqueLabel checks a required name that is a DNS label unique in its list.
 func (v *validator) uniqueLabel(path, name, what string, seen map[string]int, i int, list string) {
-	switch {
-	case name == "":
-		v.required(path, "a unique name for the "+what+" (a DNS label)")
-	case checkDNSLabel(name) != "":
-		v.check(path, checkDNSLabel(name), "")
-	default:
-		if first, dup := seen[name]; dup {
-			v.c.add(path, "", "duplicate %s name %q (also %s): names must be unique", what, name, indexPath(list, first))
-		} else {
-			seen[name] = i
-		}
+	err := fieldError(path, "", checkDNSLabel(name))
+	if name == "" {
+		err = fieldError(path, "", "required: a unique name for the "+what+" (a DNS label)")
 	}
+	v.unique(path, err, what, name, seen, i, list, "names must be unique")
+}
+
+// unique records err, the problem a name's rule found, or else a name that
+// an earlier item of list already has (seen maps names to their index,
+// must says why they may not repeat); it says whether the name is good
+// and new.
+func (v *validator) unique(path string, err error, what, name string, seen map[string]int, i int, list, must string) bool {
+	if err != nil {
+		v.rule(err)
+		return false
+	}
+	if first, dup := seen[name]; dup {
+		v.c.add(path, "", "duplicate %s name %q (also %s): %s", what, name, indexPath(list, first), must)
+		return false
+	}
+	seen[name] = i
+	return true
 }
 
 func (v *validator) gitURL(path, url string) {
