@@ -59,8 +59,9 @@ type RunnerInputError struct{ Err error }
 func (e *RunnerInputError) Error() string { return e.Err.Error() }
 func (e *RunnerInputError) Unwrap() error { return e.Err }
 
-// RunnerPath is the field path render's refusals of a runner name (a
-// runner it is given may come from flags rather than from spec.runners).
+// RunnerPath is the field path under which render's refusals name a
+// runner's fields: the runner it is given may come from flags rather than
+// from spec.runners, whose index it does not know.
 const RunnerPath = "spec.runners[]"
 
 // RunnerDefaults fills a runner's namespace and concurrency when unset

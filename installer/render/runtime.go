@@ -47,8 +47,9 @@ type RuntimeInputError struct{ Err error }
 func (e *RuntimeInputError) Error() string { return e.Err.Error() }
 func (e *RuntimeInputError) Unwrap() error { return e.Err }
 
-// RuntimePath is the field path render's refusals of a runtime name (a
-// runtime it is given may come from flags rather than from spec.runtimes).
+// RuntimePath is the field path under which render's refusals name a
+// runtime's fields: the runtime it is given may come from flags rather than
+// from spec.runtimes, whose index it does not know.
 const RuntimePath = "spec.runtimes[]"
 
 // RuntimeDefaults names an unnamed runtime codefresh and puts it in the
