@@ -38,6 +38,14 @@ func TestConfigValidateFindsEveryMistake(t *testing.T) {
 				"onprem.yaml:6: spec.overlays[0]: (" + filepath.Join("ov", "kustomization.yaml") + ") patches[1] on Deployment/gitops-api", "add the parent"}},
 		{"system namespace", "  namespace: kube-system\n", nil, []string{`onprem.yaml:6: spec.namespace: "kube-system" is a namespace of Kubernetes itself`}},
 		{"namespace from the environment", "", map[string]string{"ONPREM_NAMESPACE": "default"}, []string{`spec.namespace: "default" is a namespace of Kubernetes itself`, "set by environment variable ONPREM_NAMESPACE"}},
+		// Issue 35, item 3: rules that only the render of a runner or a
+		// runtime applied.
+		{"release name and engine namespace", "  runners:\n    - name: gpu\n      namespace: " + strings.Repeat("n", 57) + "\n" +
+			"  runtimes:\n    - name: " + strings.Repeat("a", 46) + "\n      gitToken: {env: GIT_TOKEN}\n" +
+			"  runtimeConfig:\n    accountId: acc\n    platformToken: {env: PLATFORM_TOKEN}\n    repository: {url: https://git.example.com/c.git}\n",
+			nil, []string{"2 problems",
+				`onprem.yaml:8: spec.runners[0].namespace: "` + strings.Repeat("n", 57) + `" is 57 characters long: a runner's namespace must be at most 56, so that its build engine's namespace (` + strings.Repeat("n", 57) + `-engine) is a DNS label too; give the runner a shorter namespace`,
+				`onprem.yaml:10: spec.runtimes[0].name: "` + strings.Repeat("a", 46) + `" is 46 characters long: a runtime name must be at most 45, so that its Helm release (runtime-` + strings.Repeat("a", 46) + `) is within Helm's limit of 53 characters; give the runtime a shorter name`}},
 		{"a bad boolean and the file's problems", "  profile: xl\n", map[string]string{"ONPREM_LEGACY_NATS_ENABLED": "maybe"},
 			[]string{"2 problems", `ONPREM_LEGACY_NATS_ENABLED="maybe" is not a boolean (valid: 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)`, `onprem.yaml:6: spec.profile: "xl" is not valid`}},
 	} {

@@ -49,13 +49,7 @@ func SetDefaults(in *Installation) {
 	}
 
 	for i := range s.Runners {
-		r := &s.Runners[i]
-		if r.Name != "" {
-			setString(&r.Namespace, RunnerNamespacePrefix+r.Name)
-		}
-		if r.Concurrency == 0 {
-			r.Concurrency = DefaultRunnerConcurrency
-		}
+		s.Runners[i] = RunnerDefaults(s.Runners[i])
 	}
 
 	setRuntimeDefaults(s)
@@ -76,13 +70,9 @@ func setRuntimeDefaults(s *Spec) {
 			unnamed = i
 		}
 	}
-	if unnamed >= 0 {
-		s.Runtimes[unnamed].Name = DefaultRuntimeName
-	}
-	for i := range s.Runtimes {
-		rt := &s.Runtimes[i]
-		if rt.Name != "" {
-			setString(&rt.Namespace, rt.Name)
+	for i, rt := range s.Runtimes {
+		if rt.Name != "" || i == unnamed {
+			s.Runtimes[i] = RuntimeDefaults(rt)
 		}
 	}
 	if len(s.Runtimes) > 0 {

@@ -1,10 +1,8 @@
 package config
 
 import (
-	"cmp"
-	"fmt"
+	"errors"
 	"slices"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -32,26 +30,11 @@ func (v *validator) runners(s *Spec) {
 	places := map[place]int{}
 	for i, r := range s.Runners {
 		path := indexPath("spec.runners", i)
-		nameOK := false
-		switch {
-		case r.Name == "":
-			v.required(path+".name", "a unique name for the runner (a DNS label of at most "+strconv.Itoa(MaxRunnerNameLength)+" characters)")
-		case len(r.Name) > MaxRunnerNameLength:
-			v.c.add(path+".name", "", "%q is %d characters long: a runner name must be at most %d (its namespace and objects are named after it)", r.Name, len(r.Name), MaxRunnerNameLength)
-		default:
-			if msg := checkDNSLabel(r.Name); msg != "" {
-				v.check(path+".name", msg, "")
-			} else if first, dup := names[r.Name]; dup {
-				v.c.add(path+".name", "", "duplicate runner name %q (also spec.runners[%d]): runner names must be unique", r.Name, first)
-			} else {
-				names[r.Name] = i
-				nameOK = true
-			}
-		}
+		nameOK := v.unique(path+".name", ValidateRunnerName(path+".name", r.Name), "runner", r.Name, names, i, "spec.runners", "runner names must be unique")
 		// A duplicate name already explains a duplicate default namespace.
 		if r.Namespace != "" && (nameOK || r.Namespace != RunnerNamespacePrefix+r.Name) {
-			if msg := checkNamespace(r.Namespace, "the runner", RunnerNamespacePrefix+cmp.Or(r.Name, "NAME")); msg != "" {
-				v.check(path+".namespace", msg, "")
+			if err := ValidateRunnerNamespace(path+".namespace", r.Namespace, r.Name); err != nil {
+				v.rule(err)
 			} else {
 				p := place{clusterKey(r.Cluster), r.Namespace}
 				if first, dup := places[p]; dup {
@@ -61,9 +44,7 @@ func (v *validator) runners(s *Spec) {
 				}
 			}
 		}
-		if r.Concurrency < 0 || r.Concurrency > MaxRunnerConcurrency {
-			v.c.add(path+".concurrency", "", "%d is out of range (valid: 1 to %d; 0 or unset means %d)", r.Concurrency, MaxRunnerConcurrency, DefaultRunnerConcurrency)
-		}
+		v.rule(ValidateRunnerConcurrency(path+".concurrency", r.Concurrency))
 	}
 }
 
@@ -72,24 +53,9 @@ func (v *validator) runtimes(s *Spec) {
 	clusters := map[clusterKey]int{}
 	for i, rt := range s.Runtimes {
 		path := indexPath("spec.runtimes", i)
-		switch {
-		case rt.Name == "":
-			v.required(path+".name", "a unique name for the runtime (a DNS label); only a single runtime may leave it out, and is then named "+DefaultRuntimeName)
-		case checkDNSLabel(rt.Name) != "":
-			v.check(path+".name", checkDNSLabel(rt.Name), "")
-		default:
-			if first, dup := names[rt.Name]; dup {
-				v.c.add(path+".name", "", "duplicate runtime name %q (also spec.runtimes[%d]): runtime names must be unique", rt.Name, first)
-			} else {
-				names[rt.Name] = i
-			}
-		}
+		v.unique(path+".name", ValidateRuntimeName(path+".name", rt.Name), "runtime", rt.Name, names, i, "spec.runtimes", "runtime names must be unique")
 		if rt.Namespace != "" {
-			example := rt.Name
-			if example == "" || IsSystemNamespace(example) {
-				example = DefaultRuntimeName
-			}
-			v.check(path+".namespace", checkNamespace(rt.Namespace, "the runtime", example), "")
+			v.rule(ValidateRuntimeNamespace(path+".namespace", rt.Namespace, rt.Name))
 		}
 
 		key := clusterKey(rt.Cluster)
@@ -104,6 +70,14 @@ func (v *validator) runtimes(s *Spec) {
 		v.runtimeAccess(path+".access", rt.Access)
 		v.gitSources(path, rt.GitSources)
 		v.managedClusters(path, rt.ManagedClusters)
+	}
+}
+
+// rule records the problem that a rule of workloads.go returned (a
+// FieldError), if any.
+func (v *validator) rule(err error) {
+	if fe, ok := err.(FieldError); ok {
+		v.c.add(fe.Path, fe.Hint, "%s", fe.Message)
 	}
 }
 
@@ -177,18 +151,28 @@ func (v *validator) managedClusters(runtimePath string, clusters []ManagedCluste
 
 // uniqueLabel checks a required name that is a DNS label unique in its list.
 func (v *validator) uniqueLabel(path, name, what string, seen map[string]int, i int, list string) {
-	switch {
-	case name == "":
-		v.required(path, "a unique name for the "+what+" (a DNS label)")
-	case checkDNSLabel(name) != "":
-		v.check(path, checkDNSLabel(name), "")
-	default:
-		if first, dup := seen[name]; dup {
-			v.c.add(path, "", "duplicate %s name %q (also %s): names must be unique", what, name, indexPath(list, first))
-		} else {
-			seen[name] = i
-		}
+	err := fieldError(path, "", checkDNSLabel(name))
+	if name == "" {
+		err = fieldError(path, "", "required: a unique name for the "+what+" (a DNS label)")
 	}
+	v.unique(path, err, what, name, seen, i, list, "names must be unique")
+}
+
+// unique records err, the problem a name's rule found, or else a name that
+// an earlier item of list already has (seen maps names to their index,
+// must says why they may not repeat); it says whether the name is good
+// and new.
+func (v *validator) unique(path string, err error, what, name string, seen map[string]int, i int, list, must string) bool {
+	if err != nil {
+		v.rule(err)
+		return false
+	}
+	if first, dup := seen[name]; dup {
+		v.c.add(path, "", "duplicate %s name %q (also %s): %s", what, name, indexPath(list, first), must)
+		return false
+	}
+	seen[name] = i
+	return true
 }
 
 func (v *validator) gitURL(path, url string) {
@@ -242,23 +226,13 @@ func (v *validator) runtimeConfig(s *Spec) {
 	}
 }
 
-// tunnelServer checks the tunnel server of a runtime in mode tunnel. It
-// is required: the chart's default is the vendor's hosted server, which
-// onprem never uses (a cluster with no internet cannot reach it, and a
-// platform behind a firewall must not be served through it).
+// tunnelServer checks the tunnel server of a runtime in mode tunnel (see
+// ValidateTunnelServer).
 func (v *validator) tunnelServer(path string, t TunnelServer) {
-	const what = "mode tunnel needs a tunnel server of yours (an frp server): %s; onprem does not use the vendor's hosted one"
-	if t.Host == "" {
-		v.required(path+".host", fmt.Sprintf(what, "the host the runtime's tunnel client registers with, reachable from the runtime's cluster, e.g. tunnels-register.example.com"))
-	} else {
-		v.check(path+".host", checkDNSSubdomain(t.Host), "")
-	}
-	if t.SubdomainHost == "" {
-		v.required(path+".subdomainHost", fmt.Sprintf(what, "the domain under which it serves each runtime as ACCOUNT-NAME.SUBDOMAINHOST, reachable from the platform, e.g. tunnels.example.com"))
-	} else {
-		v.check(path+".subdomainHost", checkDNSSubdomain(t.SubdomainHost), "")
-	}
-	if t.Port != 0 && len(validation.IsValidPortNum(t.Port)) > 0 {
-		v.c.add(path+".port", "", "%d is not a port (valid: 1 to 65535; default 443)", t.Port)
+	var es Errors
+	if errors.As(ValidateTunnelServer(path, t), &es) {
+		for _, e := range es {
+			v.rule(e)
+		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
@@ -32,20 +31,7 @@ const (
 	RunnerChart = "runner"
 	// RunnerGroup is the Group of a runner's Component.
 	RunnerGroup = "runner"
-	// RunnerEngineSuffix makes the build engine's namespace from the
-	// runner's (see RunnerEngineNamespace).
-	RunnerEngineSuffix = "-engine"
 )
-
-// RunnerRelease is the Helm release (and Component) name of a runner. Not
-// onprem-runner-NAME: Helm release names are at most 53 characters, and
-// runner names up to 40.
-func RunnerRelease(name string) string { return "runner-" + name }
-
-// RunnerEngineNamespace is the namespace of a runner's build engine: the one
-// workload of a runner that needs more than the restricted Pod Security
-// Standard (see charts/runner) lives apart from the agent and its builds.
-func RunnerEngineNamespace(namespace string) string { return namespace + RunnerEngineSuffix }
 
 // RunnerOptions is what RenderRunner needs.
 type RunnerOptions struct {
@@ -65,47 +51,34 @@ type RunnerOptions struct {
 	Manifests fs.FS
 }
 
-// RunnerInputError is a runner's name or namespace that cannot be used.
+// RunnerInputError is a runner's name, namespace or concurrency that
+// config's rules (config.ValidateRunner) refuse; Err wraps each problem's
+// config.FieldError.
 type RunnerInputError struct{ Err error }
 
 func (e *RunnerInputError) Error() string { return e.Err.Error() }
 func (e *RunnerInputError) Unwrap() error { return e.Err }
 
-// RunnerDefaults fills a runner's namespace and concurrency when unset and
-// checks its name and namespace (the build engine's namespace is the
-// runner's plus RunnerEngineSuffix, and must be a DNS label too).
+// RunnerPath is the field path under which render's refusals name a
+// runner's fields: the runner it is given may come from flags rather than
+// from spec.runners, whose index it does not know.
+const RunnerPath = "spec.runners[]"
+
+// RunnerDefaults fills a runner's namespace and concurrency when unset
+// (config.RunnerDefaults) and checks the runner with config's rules
+// (config.ValidateRunner): the build engine's namespace is the runner's
+// plus config.RunnerEngineSuffix, and must be a DNS label too.
 func RunnerDefaults(r config.Runner) (config.Runner, error) {
-	bad := func(format string, a ...any) (config.Runner, error) {
-		return r, &RunnerInputError{fmt.Errorf(format, a...)}
-	}
-	if msgs := validation.IsDNS1123Label(r.Name); len(msgs) > 0 {
-		return bad("runner name %q: %s", r.Name, strings.Join(msgs, "; "))
-	}
-	if len(r.Name) > config.MaxRunnerNameLength {
-		return bad("runner name %q is %d characters long: at most %d", r.Name, len(r.Name), config.MaxRunnerNameLength)
-	}
-	if r.Namespace == "" {
-		r.Namespace = config.RunnerNamespacePrefix + r.Name
-	}
-	if msgs := validation.IsDNS1123Label(r.Namespace); len(msgs) > 0 {
-		return bad("runner %s: namespace %q: %s", r.Name, r.Namespace, strings.Join(msgs, "; "))
-	}
-	if max := validation.DNS1123LabelMaxLength - len(RunnerEngineSuffix); len(r.Namespace) > max {
-		return bad("runner %s: namespace %q is %d characters long: at most %d, so that its build engine's namespace (%s) is a DNS label too",
-			r.Name, r.Namespace, len(r.Namespace), max, RunnerEngineNamespace(r.Namespace))
-	}
-	if r.Concurrency == 0 {
-		r.Concurrency = config.DefaultRunnerConcurrency
-	}
-	if r.Concurrency < 1 || r.Concurrency > config.MaxRunnerConcurrency {
-		return bad("runner %s: concurrency %d is out of range (1 to %d)", r.Name, r.Concurrency, config.MaxRunnerConcurrency)
+	r = config.RunnerDefaults(r)
+	if err := config.ValidateRunner(RunnerPath, r); err != nil {
+		return r, &RunnerInputError{refusal("runner", r.Name, RunnerPath, err)}
 	}
 	return r, nil
 }
 
 // RenderRunner renders one build runner: the release's runner chart with
 // the runner's values, then the platform's post-render. The objects of the
-// build engine stay in its own namespace (RunnerEngineNamespace); every
+// build engine stay in its own namespace (config.RunnerEngineNamespace); every
 // other object is in the runner's.
 func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 	in, rel := o.Installation, o.Release
@@ -129,7 +102,7 @@ func RenderRunner(ctx context.Context, o RunnerOptions) (*Component, error) {
 		return nil, err
 	}
 	a := rel.Runner
-	name, engineNS := RunnerRelease(r.Name), RunnerEngineNamespace(r.Namespace)
+	name, engineNS := config.RunnerRelease(r.Name), config.RunnerEngineNamespace(r.Namespace)
 	ch, err := charts.LoadFrom(o.Charts, a.Chart)
 	if err != nil {
 		return nil, fmt.Errorf("runner %s: %w", r.Name, err)

@@ -12,7 +12,6 @@ import (
 
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
@@ -38,32 +37,28 @@ const (
 	RuntimeGitCredentials = "onprem-runtime-git"
 )
 
-// RuntimeRelease is the Helm release (and Component) name of a runtime.
-func RuntimeRelease(name string) string { return "runtime-" + name }
-
-// RuntimeInputError is a runtime's name or namespace that cannot be used.
+// RuntimeInputError is a runtime that cannot be rendered as given: its
+// name or namespace, or its access's tunnel server, that config's rules
+// refuse (config.ValidateRuntime, config.ValidateTunnelServer: Err wraps
+// each problem's config.FieldError), a release that cannot map the chart's
+// values, a value the chart requires.
 type RuntimeInputError struct{ Err error }
 
 func (e *RuntimeInputError) Error() string { return e.Err.Error() }
 func (e *RuntimeInputError) Unwrap() error { return e.Err }
 
+// RuntimePath is the field path under which render's refusals name a
+// runtime's fields: the runtime it is given may come from flags rather than
+// from spec.runtimes, whose index it does not know.
+const RuntimePath = "spec.runtimes[]"
+
 // RuntimeDefaults names an unnamed runtime codefresh and puts it in the
-// namespace named after it when none is given, and checks both.
+// namespace named after it when none is given (config.RuntimeDefaults),
+// and checks both with config's rules (config.ValidateRuntime).
 func RuntimeDefaults(rt config.Runtime) (config.Runtime, error) {
-	if rt.Name == "" {
-		rt.Name = config.DefaultRuntimeName
-	}
-	if msgs := validation.IsDNS1123Label(rt.Name); len(msgs) > 0 {
-		return rt, &RuntimeInputError{fmt.Errorf("runtime name %q: %s", rt.Name, strings.Join(msgs, "; "))}
-	}
-	if max := 53 - len(RuntimeRelease("")); len(rt.Name) > max {
-		return rt, &RuntimeInputError{fmt.Errorf("runtime name %q is %d characters long: at most %d (its Helm release is %s)", rt.Name, len(rt.Name), max, RuntimeRelease(rt.Name))}
-	}
-	if rt.Namespace == "" {
-		rt.Namespace = rt.Name
-	}
-	if msgs := validation.IsDNS1123Label(rt.Namespace); len(msgs) > 0 {
-		return rt, &RuntimeInputError{fmt.Errorf("runtime %s: namespace %q: %s", rt.Name, rt.Namespace, strings.Join(msgs, "; "))}
+	rt = config.RuntimeDefaults(rt)
+	if err := config.ValidateRuntime(RuntimePath, rt); err != nil {
+		return rt, &RuntimeInputError{refusal("runtime", rt.Name, RuntimePath, err)}
 	}
 	return rt, nil
 }
@@ -200,7 +195,7 @@ func RenderRuntime(ctx context.Context, o RuntimeOptions) (*Component, error) {
 			}
 		}
 	}
-	name := RuntimeRelease(rt.Name)
+	name := config.RuntimeRelease(rt.Name)
 	ms, err := charts.Template(o.Chart, name, rt.Namespace, values)
 	if err != nil {
 		// A subchart the package lacks, or a value the chart requires
@@ -284,10 +279,7 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 		return nil, &RuntimeInputError{errors.New("no platform account: set spec.runtimeConfig.accountId in onprem.yaml, or give --account")}
 	}
 	ref := func(name, key string) map[string]any { return map[string]any{"name": name, "key": key} }
-	mode := rt.Access.Mode
-	if mode == "" {
-		mode = config.RuntimeAccessIngress
-	}
+	mode := config.RuntimeAccessMode(rt.Access)
 	want := map[string]any{
 		release.ContractRuntimeName:    rt.Name,
 		release.ContractPlatformURL:    PlatformURL(in),
@@ -315,15 +307,13 @@ func RuntimeContractValues(in *config.Installation, rt config.Runtime, a *releas
 		// The operator's tunnel server, never the chart's default (the
 		// vendor's hosted one).
 		ts := rt.Access.TunnelServer
-		if ts.Host == "" || ts.SubdomainHost == "" {
-			return nil, &RuntimeInputError{fmt.Errorf("access mode tunnel needs a tunnel server of yours: set spec.runtimes[].access.tunnelServer.host and .subdomainHost (onprem does not use the vendor's hosted one)")}
-		}
-		port := ts.Port
-		if port == 0 {
-			port = 443
+		if err := config.ValidateTunnelServer(RuntimePath+".access.tunnelServer", ts); err != nil {
+			// Said as before; config's problems are wrapped.
+			return nil, &RuntimeInputError{&summary{"access mode tunnel needs a tunnel server of yours: set spec.runtimes[].access.tunnelServer.host and .subdomainHost (onprem does not use the vendor's hosted one)",
+				refusal("runtime", rt.Name, RuntimePath, err)}}
 		}
 		want[release.ContractTunnelServer] = ts.Host
-		want[release.ContractTunnelPort] = port
+		want[release.ContractTunnelPort] = config.TunnelServerPort(ts)
 		want[release.ContractTunnelSubdomain] = ts.SubdomainHost
 	case config.RuntimeAccessURL:
 		want[release.ContractIngressURL] = rt.Access.URL

@@ -415,7 +415,7 @@ func TestChartsRenderLikeHelm(t *testing.T) {
 					t.Fatal(err)
 				}
 				ns := config.RunnerNamespacePrefix + "gpu"
-				engine := RunnerEngineNamespace(ns)
+				engine := config.RunnerEngineNamespace(ns)
 				radd := add
 				radd.namespace, radd.alsoNamespace = ns, engine
 				n += compareWithHelm(t, r, helmRender(t, ch, r.Name, ns, r.Values), radd)

@@ -13,7 +13,6 @@ import (
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/kube"
-	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -103,7 +102,7 @@ func Names(st *state.State) []string {
 // another runner's, or when it is the platform's own namespace. The same
 // name at the same place is a re-install: allowed.
 func CheckPlace(p *Platform, name, server, namespace string) error {
-	engineNS := render.RunnerEngineNamespace(namespace)
+	engineNS := config.RunnerEngineNamespace(namespace)
 	where := func(r state.Runner) string {
 		s := "the cluster at " + r.Server
 		if r.Context != "" {

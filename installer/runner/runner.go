@@ -169,7 +169,7 @@ func Prepare(ctx context.Context, t Target, installation *config.Installation, r
 func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result, error) {
 	start := time.Now()
 	r, cl := pr.Runner, pr.Cluster
-	engineNS := render.RunnerEngineNamespace(r.Namespace)
+	engineNS := config.RunnerEngineNamespace(r.Namespace)
 	res := &Result{Name: r.Name, Server: cl.Server, Context: pr.Ref.Context, Namespace: r.Namespace, EngineNamespace: engineNS,
 		Version: pr.Release.Version, Chart: pr.Component.Chart + "-" + pr.Component.ChartVersion, Release: pr.Component.Name}
 	if err := CheckPlace(p, r.Name, cl.Server, r.Namespace); err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
-	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/state"
 )
@@ -131,7 +130,7 @@ func CheckPlace(ctx context.Context, p *Platform, name string, cl *kube.Cluster,
 	}
 	owner := crd.Annotations["meta.helm.sh/release-name"]
 	ownerNS := crd.Annotations["meta.helm.sh/release-namespace"]
-	if owner == render.RuntimeRelease(name) && ownerNS == namespace {
+	if owner == config.RuntimeRelease(name) && ownerNS == namespace {
 		return nil
 	}
 	desc := "no Helm release"

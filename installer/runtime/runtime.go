@@ -5,7 +5,7 @@
 //
 // # What a runtime is
 //
-// A Helm release (render.RuntimeRelease: runtime-NAME) of the release's
+// A Helm release (config.RuntimeRelease: runtime-NAME) of the release's
 // runtime chart, an upstream chart fetched from its chart repository or read
 // from a bundle (installer/chartfetch), in the runtime's namespace (default:
 // its name; Pod Security Admission restricted). Beside it, on the runtime's
