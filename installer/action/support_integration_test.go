@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,7 +65,12 @@ func TestSupportBundleAndDoctor(t *testing.T) {
 
 	// Healthy.
 	var progress []string
-	rep, err := (&Doctor{Collect: Collect{Target: target, Progress: func(r snapshot.CollectorResult) { progress = append(progress, r.Name) }}}).Run(ctx)
+	var progressMu sync.Mutex // collectors report at once
+	rep, err := (&Doctor{Collect: Collect{Target: target, Progress: func(r snapshot.CollectorResult) {
+		progressMu.Lock()
+		defer progressMu.Unlock()
+		progress = append(progress, r.Name)
+	}}}).Run(ctx)
 	if err != nil {
 		t.Fatalf("doctor on a healthy platform: %v\n%s", err, findings(rep))
 	}
