@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/bundle"
+	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/sbom"
 	"onprem.dev/onprem/installer/state"
@@ -167,16 +168,10 @@ func runningImages(pods []corev1.Pod) []runningImage {
 // reports it: "docker-pullable://repo@sha256:...", "repo@sha256:..."),
 // when image does not name one already.
 func pinnedRef(image, imageID string) string {
-	if strings.Contains(image, "@") {
+	repo, _, pinned := images.SplitReference(image)
+	_, _, digest := images.SplitReference(imageID)
+	if pinned != "" || !strings.HasPrefix(digest, "sha256:") {
 		return image
-	}
-	_, digest, ok := strings.Cut(imageID, "@")
-	if !ok || !strings.HasPrefix(digest, "sha256:") {
-		return image
-	}
-	repo := image
-	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-		repo = repo[:i]
 	}
 	return repo + "@" + digest
 }

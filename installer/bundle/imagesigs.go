@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/imagesig"
 	"onprem.dev/onprem/installer/signing"
 )
@@ -121,10 +121,7 @@ func imageSignatures(ctx context.Context, src Source, r *resolvedImage, priv ed2
 		}
 	}
 	if priv != nil {
-		repo, _, _ := strings.Cut(r.source, "@")
-		if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-			repo = repo[:i]
-		}
+		repo, _, _ := images.SplitReference(r.source)
 		s, err := imagesig.Sign(priv, repo, d)
 		if err != nil {
 			return nil, err

@@ -43,25 +43,27 @@ type Sources struct {
 	Default Source
 }
 
+// pick is the source of the image name (nil: none).
+func (s Sources) pick(name string) Source {
+	if src, ok := s.ByName[name]; ok && src != nil {
+		return src
+	}
+	return s.Default
+}
+
 // Image asks the source of req.Name.
 func (s Sources) Image(ctx context.Context, req ImageRequest) (v1.Image, error) {
-	if src, ok := s.ByName[req.Name]; ok && src != nil {
-		return src.Image(ctx, req)
-	}
-	if s.Default == nil {
+	src := s.pick(req.Name)
+	if src == nil {
 		return nil, fmt.Errorf("no source for this image: %w", ErrImageNotFound)
 	}
-	return s.Default.Image(ctx, req)
+	return src.Image(ctx, req)
 }
 
 // Signatures asks the source of req.Name for the image's signatures, if
 // it can give them (SignatureSource); none otherwise.
 func (s Sources) Signatures(ctx context.Context, req ImageRequest, d v1.Hash) ([]imagesig.Signature, error) {
-	src, ok := s.ByName[req.Name]
-	if !ok || src == nil {
-		src = s.Default
-	}
-	if ss, ok := src.(SignatureSource); ok {
+	if ss, ok := s.pick(req.Name).(SignatureSource); ok {
 		return ss.Signatures(ctx, req, d)
 	}
 	return nil, nil

@@ -2,9 +2,7 @@ package sbom
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -105,7 +103,7 @@ func (c LayerCache) Put(d v1.Hash, l *Layer) error {
 		return fmt.Errorf("sbom layer cache: %w", err)
 	}
 	p := c.path(d)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return fmt.Errorf("sbom layer cache: %w", err)
 	}
 	if err := fsutil.WriteFileAtomic(p, data, 0o644); err != nil {
