@@ -149,7 +149,7 @@ func runSignaturesCheck(ctx context.Context, env *Env) Outcome {
 	if len(refused) > 0 {
 		return Outcome{Result: Fail,
 			Message: fmt.Sprintf("%d of the %d images have no valid signature by a trusted key in %s: %s", len(refused), len(needed), reg.Host, listSome(refused, 3)),
-			Remediation: fmt.Sprintf("push them from a signed bundle ('onprem bundle push' attaches the bundle's image signatures), or sign each with 'cosign sign --key KEY %s/...@DIGEST' and trust its public key in spec.trust; trusted now: %s",
+			Remediation: fmt.Sprintf("push them from a signed bundle ('onprem bundle push' attaches the bundle's image signatures); or sign each one yourself with an ed25519 key whose public key is in spec.trust (for example 'cosign sign --key KEY %s/...@DIGEST'; onprem does not accept ECDSA keys yet, see docs/air-gapped.md#image-signatures); or turn the check off with spec.registry.requireSignatures: false. Keys trusted now: %s",
 				relocatedRoot(reg.Host, reg.PathPrefix), keys),
 			Details: append(refused, unchecked...)}
 	}

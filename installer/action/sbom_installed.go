@@ -123,7 +123,7 @@ func catalogRunning(ctx context.Context, ri runningImage, nopts []name.Option, r
 	}
 	img, err := remote.Image(ref, ropts...)
 	if err != nil {
-		return nil, fmt.Errorf("image %s (run by %s): reading it from its registry: %w", ri.ref, strings.Join(ri.users, ", "), err)
+		return nil, fmt.Errorf("image %s (run by %s): reading it from its registry: %w (credentials: --docker-config; a registry on plain HTTP or with a certificate this machine does not trust: --insecure)", ri.ref, strings.Join(ri.users, ", "), err)
 	}
 	return sbom.Catalog(ctx, path.Base(ref.Context().RepositoryStr()), ri.ref, img)
 }
