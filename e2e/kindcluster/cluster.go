@@ -390,6 +390,12 @@ func (c *Cluster) waitUntilReady(ctx context.Context) error {
 		if err != nil || ok {
 			return err
 		}
+		if ctx.Err() != nil && last != "" {
+			// The deadline cut this round's requests short: what they
+			// say is only that, and the reason the cluster was not
+			// ready is the one the round before found.
+			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, last, ctx.Err())
+		}
 		if why != last {
 			c.logf("kindcluster: waiting for cluster %s (%s): %s", c.Name, time.Since(t0).Round(time.Second), why)
 			last = why

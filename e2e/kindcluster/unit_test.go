@@ -6,20 +6,25 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 )
 
@@ -237,5 +242,30 @@ func TestCNIReady(t *testing.T) {
 				t.Errorf("cniReady = %v, %q, %v; want %v, %q, an error saying %q", ok, why, err, tc.ready, tc.why, tc.err)
 			}
 		})
+	}
+}
+
+// waitUntilReady: when the deadline cuts a round's requests short, the
+// error names why the cluster was not ready (the round before's finding),
+// not the request the deadline interrupted.
+func TestWaitUntilReadyKeepsTheReason(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: kubeRouterName, Namespace: kubeRouterNS, Generation: 1},
+		Status: appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 1, NumberAvailable: 1}}
+	node := func(n string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}} }
+	cs := fake.NewSimpleClientset(ds, node("onprem-1-control-plane"), node("onprem-1-worker"))
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var gets atomic.Int32
+	cs.PrependReactor("get", "daemonsets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if gets.Add(1) == 1 {
+			return false, nil, nil
+		}
+		<-ctx.Done()
+		return true, nil, fmt.Errorf("Get %q: %w", "https://127.0.0.1/apis/apps/v1/namespaces/kube-system/daemonsets/kube-router", ctx.Err())
+	})
+	c := &Cluster{Name: "onprem-1", Nodes: []string{"onprem-1-control-plane", "onprem-1-worker"}, Client: cs, logf: t.Logf}
+	err := c.waitUntilReady(ctx)
+	if err == nil || !strings.Contains(err.Error(), "kube-router (the CNI): 1 of 2 nodes run its current version") || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waitUntilReady = %v; want the deadline and the reason the round before found", err)
 	}
 }
