@@ -11,6 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/client-go/kubernetes"
+
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/topology"
 )
@@ -39,7 +41,7 @@ var nodeLocalProvisioners = []string{
 func availabilityCheck() Check {
 	return Check{
 		ID:       availabilityID,
-		Title:    "with spec.availability high: three schedulable nodes or more (a warning when all are in one zone), and volumes that can be placed on each member's node; and spec.availability as installed (single and high do not yet turn into each other in place)",
+		Title:    "with spec.availability high: three schedulable nodes or more (a warning when all are in one zone), and volumes that can be placed on each member's node; and spec.availability as installed, except for install, which moves the databases between single and high",
 		Severity: Blocking,
 		Run:      runAvailability,
 	}
@@ -50,12 +52,30 @@ func runAvailability(ctx context.Context, env *Env) Outcome {
 		return out
 	}
 	in := env.Installation
-	if out, bad := availabilityChange(ctx, env); bad {
-		return out
+	move, bad := availabilityChange(ctx, env)
+	if bad {
+		return move
 	}
+	var out Outcome
 	if in.Spec.Availability != config.AvailabilityHigh {
-		return Passed("spec.availability is %s: nothing to check", orDefault(in.Spec.Availability, config.DefaultAvailability))
+		out = Passed("spec.availability is %s: nothing to check", orDefault(in.Spec.Availability, config.DefaultAvailability))
+	} else {
+		out = highAvailability(ctx, env)
 	}
+	switch {
+	case move.Result != Warn || out.Result == Fail:
+		return out
+	case out.Result == Warn:
+		move.Message += "; " + out.Message
+		move.Remediation += "; " + out.Remediation
+	}
+	return move
+}
+
+// highAvailability checks the nodes and storage spec.availability high
+// needs.
+func highAvailability(ctx context.Context, env *Env) Outcome {
+	in := env.Installation
 	cs := env.Cluster.Client
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -128,42 +148,81 @@ var replicatedDatabases = []replicatedDatabase{
 		mode: func(in *config.Installation) string { return in.Spec.Databases.MongoDB.Mode }},
 }
 
-// availabilityChange fails when an installed database is a single server
-// and the configuration asks for a replicated one, or the other way round:
-// the StatefulSet cannot turn into the other in place (PostgreSQL's first
-// member would have to adopt the data while the others wait, which the
+// AvailabilityChange is an installed database whose form (one server, or
+// a replicated cluster) is not the one the configuration asks for.
+type AvailabilityChange struct {
+	// Engine is the database's component and StatefulSet (postgresql,
+	// rabbitmq, redis, mongodb); Product its name for people.
+	Engine, Product string
+	// From and To describe the installed and the configured form.
+	From, To string
+}
+
+func (c AvailabilityChange) String() string {
+	return fmt.Sprintf("%s from %s to %s", c.Product, c.From, c.To)
+}
+
+// AvailabilityChanges lists the platform's in-cluster databases whose
+// installed StatefulSet in namespace ns is a single server while in asks
+// for spec.availability high, or the other way round. A StatefulSet
+// cannot turn into the other form in place (PostgreSQL's first member
+// would have to adopt the data while the others wait, which the
 // StatefulSet's ordering does not allow; RabbitMQ's nodes start in
-// parallel, which an existing StatefulSet cannot be changed to), and
-// trying would leave the database's Service without a server.
-func availabilityChange(ctx context.Context, env *Env) (Outcome, bool) {
-	in := env.Installation
-	ns := platformNamespace(env)
+// parallel, which an existing StatefulSet cannot be changed to): install
+// moves the data over (installer/action), upgrade and restore refuse.
+func AvailabilityChanges(ctx context.Context, c kubernetes.Interface, ns string, in *config.Installation) ([]AvailabilityChange, error) {
+	var out []AvailabilityChange
 	for _, db := range replicatedDatabases {
 		if db.mode(in) == config.DatabaseModeExternal {
 			continue
 		}
-		sts, err := env.Cluster.Client.AppsV1().StatefulSets(ns).Get(ctx, db.name, metav1.GetOptions{})
+		sts, err := c.AppsV1().StatefulSets(ns).Get(ctx, db.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return cannotRun(Blocking, availabilityID, "read StatefulSet "+ns+"/"+db.name, err), true
+			return nil, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, db.name, err)
 		}
 		replicated := sts.Spec.Template.Labels[db.label] != ""
 		want := in.Spec.Availability == config.AvailabilityHigh
 		if replicated == want {
 			continue
 		}
-		from, to := "a single server (spec.availability single)", "a replicated cluster (high)"
+		ch := AvailabilityChange{Engine: db.name, Product: db.product, From: "a single server", To: "a replicated " + db.cluster}
 		if replicated {
-			from, to = "a replicated "+db.cluster+" (spec.availability high)", "a single server (single)"
+			ch.From, ch.To = ch.To, ch.From
 		}
-		return Outcome{Result: Fail,
-			Message: fmt.Sprintf("the installed %s (StatefulSet %s/%s) is %s and the configuration asks for %s: onprem does not yet change one into the other in place",
-				db.product, ns, db.name, from, to),
-			Remediation: "keep spec.availability as installed; to change it, back up (onprem backup create), install with the new spec.availability into an empty namespace or cluster and restore the backup there (onprem restore --force): docs/availability.md"}, true
+		out = append(out, ch)
 	}
-	return Outcome{}, false
+	return out, nil
+}
+
+// availabilityChange reports the databases whose form would change. An
+// operation that moves them (Env.MovesAvailability: install) is told what
+// it will do, as a warning; any other fails, before anything is changed.
+func availabilityChange(ctx context.Context, env *Env) (Outcome, bool) {
+	ns := platformNamespace(env)
+	changes, err := AvailabilityChanges(ctx, env.Cluster.Client, ns, env.Installation)
+	if err != nil {
+		return cannotRun(Blocking, availabilityID, "read the databases' StatefulSets in "+ns, err), true
+	}
+	if len(changes) == 0 {
+		return Outcome{}, false
+	}
+	var what []string
+	for _, c := range changes {
+		what = append(what, c.String())
+	}
+	if !env.MovesAvailability {
+		return Outcome{Result: Fail,
+			Message: fmt.Sprintf("the installed platform in namespace %s has %s as spec.availability %s would change it: only onprem install moves databases between single and high",
+				ns, strings.Join(what, "; "), orDefault(env.Installation.Spec.Availability, config.DefaultAvailability)),
+			Remediation: "keep spec.availability as installed for this operation; change it with onprem install at the installed version (docs/availability.md)"}, true
+	}
+	return Outcome{Result: Warn,
+		Message: fmt.Sprintf("install will move %s: the services stop, the databases are backed up to this machine, replaced and restored, then the services start again (minutes without service, no acknowledged write lost)",
+			strings.Join(what, "; ")),
+		Remediation: "run it in a maintenance window; docs/availability.md says what each step does and how an interrupted move finishes"}, false
 }
 
 // haStorage fails when a replicated database's volumes would come from a

@@ -61,6 +61,11 @@ type Env struct {
 	// itself brings (a restore brings the backup's): checks read them
 	// where the cluster does not have them yet.
 	Provided map[string]*corev1.Secret
+	// MovesAvailability says the operation moves installed databases
+	// between a single server and a replicated cluster when
+	// spec.availability changes (install does); any other operation is
+	// refused such a change.
+	MovesAvailability bool
 }
 
 // Secret returns the Secret name of the platform namespace ns: the

@@ -22,7 +22,9 @@ of each live object against what applying the desired one would make of it
 objects, and objects the new release would remove. Secret values never
 appear. Nothing is changed. It is the comparison 'onprem install' makes
 before it leaves a component alone: with an unchanged onprem.yaml, what it
-shows is drift that install reverts (see 'onprem install --help').
+shows is drift that install reverts (see 'onprem install --help'). A changed
+spec.availability is named first: the databases install would move between
+a single server and a replicated cluster.
 
 Exit code 0 whether or not there are differences; -o json for scripts.`,
 		Example: `  onprem diff -c onprem.yaml
@@ -37,6 +39,9 @@ Exit code 0 whether or not there are differences; -o json for scripts.`,
 				return err
 			}
 			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+				for _, m := range res.Moves {
+					fmt.Fprintf(w, "# install will move %s: the services stop, the data is backed up, the database made again and its data restored (docs/availability.md)\n", m)
+				}
 				if len(res.Components) == 0 {
 					fmt.Fprintf(w, "no differences: the cluster matches platform %s\n", res.Version)
 					return

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -63,6 +64,15 @@ else (an unreachable registry, a slow pull, a pod waiting for capacity, a
 probe not passing yet) is waited for until --timeout, and the progress line
 says what it waits for ("gitops-api  0/1 ready, pulling image (35 s)").
 
+Changing spec.availability between single and high on an installed platform
+moves its databases (docs/availability.md): the preflight check
+'availability' says what will move; then the services stop, every database
+is backed up to a file on this machine (--move-dir, encrypted to a key kept
+in the cluster), the moving databases are made again in their new form and
+their data restored, and the services start again: minutes without service,
+no acknowledged write lost. Interrupted, the next install on the same
+machine finishes it.
+
 Progress goes to stderr (a live table on a terminal); the result to stdout.
 Exit codes: 0 done, 1 failed, 2 bad configuration or flags, 3 cluster
 unreachable or access refused.`,
@@ -97,6 +107,7 @@ unreachable or access refused.`,
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready (a failure that waiting cannot fix ends the wait at once)")
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	cmd.Flags().StringVar(&a.MoveDir, "move-dir", "", "where a move between spec.availability single and high keeps its backup until it is done (default $XDG_STATE_HOME/onprem/availability-moves, else ~/.local/state/onprem/availability-moves)")
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
 }
@@ -116,6 +127,17 @@ func printInstall(w io.Writer, res *action.InstallResult) {
 		fmt.Fprintf(w, "repaired: %s\n", r)
 	}
 	fmt.Fprintf(w, "platform %s %s in namespace %s (%s)\n", res.Version, verb, res.Namespace, round(res.Elapsed))
+	if m := res.Move; m != nil {
+		how := "moved"
+		if m.Resumed {
+			how = "finished moving"
+		}
+		what := strings.Join(m.Changes, "; ")
+		if what == "" { // finishing a move whose StatefulSets were already gone
+			what = strings.Join(m.Databases, ", ")
+		}
+		fmt.Fprintf(w, "availability: %s %s (services stopped %s)\n", how, what, round(m.Downtime))
+	}
 	if s := res.Secrets; s != nil && len(s.Created) > 0 {
 		fmt.Fprintf(w, "generated %d secrets (kept in the cluster, never shown)\n", len(s.Created))
 	}

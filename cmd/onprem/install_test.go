@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/apply"
@@ -40,5 +41,30 @@ func TestInstallAndStatusNameDrift(t *testing.T) {
 	printDrift(&b, []action.ComponentStatus{{Name: "gitops-api"}})
 	if b.Len() != 0 {
 		t.Errorf("status without drift says %q", b.String())
+	}
+}
+
+// install's result says what a move between single and high moved, and
+// how long the services were stopped.
+func TestInstallNamesTheMove(t *testing.T) {
+	for _, tc := range []struct {
+		move *action.MoveResult
+		want string
+	}{
+		{&action.MoveResult{Databases: []string{"postgresql"}, Changes: []string{"PostgreSQL from a single server to a replicated Patroni cluster"}, Downtime: 95 * time.Second},
+			"availability: moved PostgreSQL from a single server to a replicated Patroni cluster (services stopped 1m35s)\n"},
+		{&action.MoveResult{Databases: []string{"postgresql", "redis"}, Resumed: true, Downtime: 40 * time.Second},
+			"availability: finished moving postgresql, redis (services stopped 40s)\n"},
+	} {
+		var b bytes.Buffer
+		printInstall(&b, &action.InstallResult{Version: "2.8.0", Namespace: "onprem", Move: tc.move})
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("install's output does not say %q:\n%s", tc.want, b.String())
+		}
+	}
+	var b bytes.Buffer
+	printInstall(&b, &action.InstallResult{Version: "2.8.0", Namespace: "onprem"})
+	if strings.Contains(b.String(), "availability") {
+		t.Errorf("an install that moved nothing says:\n%s", b.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/secrets"
+	"onprem.dev/onprem/preflight"
 )
 
 // Diff shows what `install` would change: per component, a unified diff of
@@ -26,6 +27,11 @@ type DiffResult struct {
 	Namespace  string           `json:"namespace"`
 	Version    string           `json:"version"`
 	Components []diff.Component `json:"components"`
+	// Moves are the databases install would move between a single server
+	// and a replicated cluster (spec.availability changed): their
+	// StatefulSets are made again and their data restored
+	// (docs/availability.md).
+	Moves []string `json:"availabilityMoves,omitempty"`
 }
 
 // Run diffs; it changes nothing.
@@ -46,16 +52,25 @@ func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	comps, err := liveDiff(ctx, cl, res)
+	changes, err := preflight.AvailabilityChanges(ctx, cl.Client, res.Namespace, l.Installation)
 	if err != nil {
 		return nil, err
 	}
-	return &DiffResult{Namespace: res.Namespace, Version: res.Version, Components: comps}, nil
+	replaced := map[string]bool{}
+	out := &DiffResult{Namespace: res.Namespace, Version: res.Version}
+	for _, c := range changes {
+		out.Moves = append(out.Moves, c.String())
+		replaced["StatefulSet/"+c.Engine] = true
+	}
+	if out.Components, err = liveDiff(ctx, cl, res, replaced); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // liveDiff diffs a rendered platform against the cluster, with the
 // generated secrets' values redacted.
-func liveDiff(ctx context.Context, cl *kube.Cluster, res *render.Result) ([]diff.Component, error) {
+func liveDiff(ctx context.Context, cl *kube.Cluster, res *render.Result, replaced map[string]bool) ([]diff.Component, error) {
 	dyn, err := dynamic.NewForConfig(cl.Config)
 	if err != nil {
 		return nil, err
@@ -75,6 +90,7 @@ func liveDiff(ctx context.Context, cl *kube.Cluster, res *render.Result) ([]diff
 	releases := apply.NewHelmReleases(cl.Getter, res.Namespace, nil)
 	return diff.Run(ctx, diff.Options{
 		Dynamic: dyn, Mapper: mapper, Result: res, Manifest: releases.Manifest,
-		Redact: func(s string) string { return secrets.Redact(s, values...) },
+		Redact:   func(s string) string { return secrets.Redact(s, values...) },
+		Replaced: replaced,
 	})
 }

@@ -64,8 +64,14 @@ type Install struct {
 	// chart and how Git hosts are reached.
 	RuntimeFetch RuntimeFetch
 	// Exec runs the database clients of a credential rotation that
-	// spec.rotation asks for (default: in the engines' pods).
+	// spec.rotation asks for, and the dumps and restores of a move between
+	// single and high (default: in the engines' pods).
 	Exec podexec.Executor
+	// MoveDir is where a move of databases between spec.availability
+	// single and high keeps its backup (default DefaultMoveDir).
+	MoveDir string
+	// beforeMoveDelete, for tests: see availabilityMove.beforeDelete.
+	beforeMoveDelete func()
 }
 
 // InstallResult is what an install did.
@@ -78,6 +84,9 @@ type InstallResult struct {
 	Preflight    *preflight.Report       `json:"preflight,omitempty"`
 	Secrets      *secrets.Report         `json:"generatedSecrets,omitempty"`
 	Components   []apply.ComponentResult `json:"components"`
+	// Move is what the move of databases between spec.availability
+	// single and high did (nil when nothing moved).
+	Move *MoveResult `json:"availabilityMove,omitempty"`
 	// CertificateRenewal says what spec.rotation.certificateMaxAgeDays
 	// did to the serving certificate: renewed, or due and why not ("" when
 	// not due or not asked for).
@@ -147,7 +156,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	out := &InstallResult{Installation: in.Metadata.Name, Namespace: res.Namespace, Version: res.Version, DryRun: i.DryRun}
 	// Every check runs before anything is touched (the lock below creates
 	// the namespace on a first install).
-	pre, err := runPreflight(ctx, &preflight.Env{Installation: in, Release: l.Release, Releases: l.Releases, Rendered: res, Cluster: cl},
+	pre, err := runPreflight(ctx, &preflight.Env{Installation: in, Release: l.Release, Releases: l.Releases, Rendered: res, Cluster: cl, MovesAvailability: true},
 		preflight.Options{Skip: i.SkipChecks})
 	out.Preflight = pre
 	if pre != nil && i.Preflight != nil {
@@ -208,6 +217,18 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	out.Secrets = &rep
 	out.CertificateRenewal = renewIfDue(ctx, cl.Client, res.Namespace, in)
 
+	if out.Move, err = i.moveAvailability(ctx, cl, in, res, st, applyOpts); err != nil {
+		err = fmt.Errorf("moving databases between spec.availability single and high: %w (run onprem install again to finish the move: its backup and record are kept)", err)
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
+		if ferr := finish(state.OutcomeFailed, err.Error()); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		out.Elapsed = time.Since(start)
+		return out, err
+	}
+
 	arep, aerr := apply.Apply(ctx, applyOpts)
 	if arep != nil {
 		out.Components = arep.Components
@@ -249,6 +270,9 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 	msg := fmt.Sprintf("%d components ready", len(arep.Components))
+	if out.Move != nil {
+		msg += fmt.Sprintf("; moved %s (services stopped %s)", strings.Join(out.Move.Databases, ", "), out.Move.Downtime.Round(time.Second))
+	}
 	if r := repaired(arep.Components); len(r) > 0 {
 		msg += "; repaired " + strings.Join(r, ", ")
 	}
@@ -421,4 +445,31 @@ func renewIfDue(ctx context.Context, c kubernetes.Interface, ns string, in *conf
 	}
 	slog.Info("serving certificate renewed", "summary", res.Summary)
 	return "renewed (spec.rotation.certificateMaxAgeDays): " + res.Summary
+}
+
+// moveAvailability moves the databases whose installed form is not the
+// one spec.availability asks for, or finishes a move an earlier install
+// began (availabilityMove).
+func (i *Install) moveAvailability(ctx context.Context, cl *kube.Cluster, in *config.Installation, res *render.Result, st *state.State, applyOpts apply.Options) (*MoveResult, error) {
+	changes, err := preflight.AvailabilityChanges(ctx, cl.Client, res.Namespace, in)
+	if err != nil {
+		return nil, err
+	}
+	dir := i.MoveDir
+	if dir == "" {
+		if dir, err = DefaultMoveDir(); err != nil {
+			return nil, err
+		}
+	}
+	ex := i.Exec
+	if ex == nil {
+		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
+	}
+	timeout := i.Timeout
+	if timeout <= 0 {
+		timeout = apply.DefaultTimeout
+	}
+	m := &availabilityMove{cl: cl, exec: ex, ns: res.Namespace, res: res, st: st, applyOpts: applyOpts, dir: dir,
+		timeout: timeout, changes: changes, beforeDelete: i.beforeMoveDelete}
+	return m.run(ctx)
 }

@@ -62,7 +62,8 @@ func (p *Preflight) Run(ctx context.Context) (*preflight.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return runPreflight(ctx, &preflight.Env{Installation: l.Installation, Release: l.Release, Releases: l.Releases, Rendered: res, Cluster: cl},
+	return runPreflight(ctx, &preflight.Env{Installation: l.Installation, Release: l.Release, Releases: l.Releases, Rendered: res, Cluster: cl,
+		MovesAvailability: true}, // the checks install runs: it moves databases between single and high
 		preflight.Options{Skip: p.Skip, Concurrency: p.Concurrency, Timeout: p.Timeout})
 }
 

@@ -171,7 +171,7 @@ func (u *UpgradePlan) Run(ctx context.Context) (*UpgradePlanResult, error) {
 		return out, nil
 	}
 	first := p.plan.Steps[0]
-	d, err := liveDiff(ctx, p.cl, first.Result)
+	d, err := liveDiff(ctx, p.cl, first.Result, nil)
 	if err != nil {
 		return nil, fmt.Errorf("diffing step %s → %s against the cluster: %w", first.From, first.To, err)
 	}

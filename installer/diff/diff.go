@@ -39,6 +39,9 @@ const (
 	Added   Change = "added"
 	Changed Change = "changed"
 	Removed Change = "removed"
+	// Replaced: the object is deleted and made again (a StatefulSet whose
+	// fixed fields change: a database moved between single and high).
+	Replaced Change = "replaced"
 )
 
 // Object is one object that differs.
@@ -65,6 +68,11 @@ type Options struct {
 	Manifest func(ctx context.Context, component string) (string, error)
 	// Redact removes secret values from text.
 	Redact func(string) string
+	// Replaced says which objects the install deletes and makes again
+	// rather than applies over the live ones ("StatefulSet/postgresql"):
+	// they are compared as they are, without a dry run (which the API
+	// server would refuse).
+	Replaced map[string]bool
 }
 
 // FieldManager is the server-side apply field manager of everything onprem
@@ -168,6 +176,17 @@ func diffObject(ctx context.Context, o Options, obj *unstructured.Unstructured, 
 	added := &Object{Kind: obj.GetKind(), Name: obj.GetName(), Change: Added, Diff: unified(obj.GetKind()+"/"+obj.GetName(), "", toYAML(clean(obj)))}
 	if namespaced && !nsExists {
 		return added, nil
+	}
+	if o.Replaced[obj.GetKind()+"/"+obj.GetName()] {
+		live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return added, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Object{Kind: obj.GetKind(), Name: obj.GetName(), Change: Replaced,
+			Diff: unified(obj.GetKind()+"/"+obj.GetName(), toYAML(clean(live)), toYAML(clean(obj)))}, nil
 	}
 	live, merged, err := compare(ctx, ri, obj)
 	if err != nil {
