@@ -76,3 +76,44 @@ func TestMongoDBToolsFollowTheReplicaSet(t *testing.T) {
 		}
 	}
 }
+
+// ReplSetStatus runs mongosh with the mounted admin in its environment,
+// never on its command line, and the read-only script as --eval.
+func TestReplSetStatusCommand(t *testing.T) {
+	dir := t.TempDir()
+	admin := filepath.Join(dir, "admin")
+	bin := filepath.Join(dir, "bin")
+	for _, d := range []string{admin, bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, value := range map[string]string{"username": "root", "password": "s3cret-admin"} {
+		if err := os.WriteFile(filepath.Join(admin, name), []byte(value), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stub := "#!/bin/sh\necho \"env: $MONGODB_HOST:$MONGODB_PORT $MONGODB_ADMIN_USERNAME $MONGODB_ADMIN_PASSWORD\"\necho \"args: $*\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "mongosh"), []byte(stub), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := ReplSetStatus()
+	c := exec.Command(cmd[0], cmd[1:]...)
+	c.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "ONPREM_MONGO_ADMIN_DIR=" + admin}
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	env, args, _ := strings.Cut(string(out), "\n")
+	if !strings.HasPrefix(args, "args: --nodb --norc --quiet --eval ") || !strings.Contains(args, "replSetGetStatus") || strings.Contains(args, "s3cret") {
+		t.Errorf("mongosh's arguments: %s", args)
+	}
+	if strings.TrimSpace(env) != "env: 127.0.0.1:27017 root s3cret-admin" {
+		t.Errorf("mongosh's environment: %s", env)
+	}
+	for _, word := range []string{"replSetStepDown", "replSetReconfig", "shutdown", "insert", "update", "drop"} {
+		if strings.Contains(replSetStatusJS, word) {
+			t.Errorf("the status script says %s: it must only read", word)
+		}
+	}
+}
