@@ -164,7 +164,7 @@ func TestMongoDBClusterMemberDown(t *testing.T) {
 	if m := memberNamed(top, "mongodb-0"); m.Role != RoleUnknown || m.State != "(not reachable/healthy)" || m.Ready || m.LagSeconds != nil {
 		t.Errorf("down member = %+v", m)
 	}
-	if s := top.Summary(); !strings.Contains(s, "mongodb-0 unknown ((not reachable/healthy)), not ready") {
+	if s := top.Summary(); !strings.Contains(s, "mongodb-0 unknown (not reachable/healthy), not ready") {
 		t.Errorf("summary = %q", s)
 	}
 }

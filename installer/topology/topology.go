@@ -144,7 +144,7 @@ func (t *Topology) Summary() string {
 			s += fmt.Sprintf(", lag %s", secondsText(*m.LagSeconds))
 		}
 		if t.Engine == "mongodb" && m.Role == RoleUnknown && m.State != "" {
-			s += " (" + m.State + ")"
+			s += " (" + strings.Trim(m.State, "()") + ")"
 		}
 		if !m.Ready {
 			s += ", not ready"
