@@ -145,7 +145,10 @@ type MongoDBProbe struct {
 }
 
 // Ask asks the running members among pods (the ready ones first, by name)
-// one after the other until one answers with the set's status.
+// one after the other until one answers with the set's status and a
+// healthy primary in it. A member cut off from the others sees no
+// primary while the others have one: when no answer names a primary, the
+// first answer is kept.
 func (p MongoDBProbe) Ask(ctx context.Context, namespace string, pods []corev1.Pod) *MongoDBAnswer {
 	timeout := p.Timeout
 	if timeout <= 0 {
@@ -182,10 +185,25 @@ func (p MongoDBProbe) Ask(ctx context.Context, namespace string, pods []corev1.P
 			out.Errors = append(out.Errors, pod.Name+": "+err.Error())
 			continue
 		}
-		out.Pod, out.Status = pod.Name, st
-		return out
+		if st.hasPrimary() {
+			out.Pod, out.Status = pod.Name, st
+			return out
+		}
+		if out.Status == nil {
+			out.Pod, out.Status = pod.Name, st
+		}
 	}
 	return out
+}
+
+// hasPrimary reports whether the answer names a healthy PRIMARY.
+func (st *ReplSetStatus) hasPrimary() bool {
+	for _, m := range st.Members {
+		if m.Health == 1 && m.StateStr == "PRIMARY" {
+			return true
+		}
+	}
+	return false
 }
 
 // askOne runs the probe's command in t, bounded by timeout.
@@ -262,8 +280,8 @@ func MongoDBCluster(ctx context.Context, c kubernetes.Interface, namespace strin
 		return nil, err
 	}
 	var answer *MongoDBAnswer
-	if probe != nil && probe.Exec != nil && clusterPods(sts, pods, MongoDBClusterLabel, MongoDB) != nil {
-		answer = probe.Ask(ctx, namespace, clusterPods(sts, pods, MongoDBClusterLabel, MongoDB))
+	if members := clusterPods(sts, pods, MongoDBClusterLabel, MongoDB); probe != nil && probe.Exec != nil && members != nil {
+		answer = probe.Ask(ctx, namespace, members)
 	}
 	return MongoDBFromObjects(sts, pods, answer), nil
 }

@@ -172,7 +172,12 @@ func TestMongoDBClusterMemberDown(t *testing.T) {
 func TestMongoDBClusterNoPrimary(t *testing.T) {
 	// An election under way: a majority is healthy but none is primary.
 	doc := rsStatus(rsMember(0, "SECONDARY", 1, t0, true), rsMember(1, "SECONDARY", 1, t0, false), rsMember(2, "RECOVERING", 1, t0, false))
-	top := mongoCluster(t, &fakeExec{answers: map[string]string{"mongodb-0": doc}}, true, true, false)
+	ex := &fakeExec{answers: map[string]string{"mongodb-0": doc, "mongodb-1": doc, "mongodb-2": doc}}
+	top := mongoCluster(t, ex, true, true, false)
+	// Every running member is asked, in case one sees a primary.
+	if strings.Join(ex.asked, ",") != "mongodb-0,mongodb-1,mongodb-2" {
+		t.Errorf("asked %v", ex.asked)
+	}
 	if top.Primary != "" || !top.Quorum || top.Healthy() {
 		t.Fatalf("topology = %+v", top)
 	}
@@ -199,7 +204,9 @@ func TestMongoDBClusterNoMajority(t *testing.T) {
 	if top.Primary != "" || top.Quorum || top.Healthy() {
 		t.Fatalf("topology = %+v", top)
 	}
-	if strings.Join(ex.asked, ",") != "mongodb-1,mongodb-2" {
+	// mongodb-2's answer names no primary: the not-ready mongodb-0 is
+	// asked too, and fails; mongodb-2's answer is kept.
+	if strings.Join(ex.asked, ",") != "mongodb-1,mongodb-2,mongodb-0" {
 		t.Errorf("asked %v", ex.asked)
 	}
 	if s := top.Summary(); !strings.Contains(s, "no primary, no majority of the members healthy") {
@@ -295,5 +302,22 @@ func TestMongoDBProbeOversized(t *testing.T) {
 	a := MongoDBProbe{Exec: ex, Command: []string{"x"}}.Ask(context.Background(), "onprem", []corev1.Pod{*mongoPod("mongodb-0", "n0", true)})
 	if a.Status != nil || len(a.Errors) != 1 || !strings.Contains(a.Errors[0], "larger than") {
 		t.Fatalf("answer = %+v", a)
+	}
+}
+
+func TestMongoDBClusterIsolatedMember(t *testing.T) {
+	// mongodb-0 is cut off from the others: it sees them unreachable and
+	// no primary; mongodb-1, asked next, sees the set the others form.
+	isolated := rsStatus(rsMember(0, "SECONDARY", 1, "2026-11-28T07:59:00.000Z", true),
+		rsMember(1, "(not reachable/healthy)", 0, "1970-01-01T00:00:00.000Z", false), rsMember(2, "(not reachable/healthy)", 0, "1970-01-01T00:00:00.000Z", false))
+	majority := rsStatus(rsMember(0, "(not reachable/healthy)", 0, "1970-01-01T00:00:00.000Z", false),
+		rsMember(1, "SECONDARY", 1, t0, true), rsMember(2, "PRIMARY", 1, t0, false))
+	ex := &fakeExec{answers: map[string]string{"mongodb-0": isolated, "mongodb-1": majority}}
+	top := mongoCluster(t, ex, true, true, true)
+	if strings.Join(ex.asked, ",") != "mongodb-0,mongodb-1" || top.Primary != "mongodb-2" || !top.Quorum {
+		t.Fatalf("asked %v; topology = %+v", ex.asked, top)
+	}
+	if m := memberNamed(top, "mongodb-0"); m.Role != RoleUnknown || m.State != "(not reachable/healthy)" {
+		t.Errorf("isolated member = %+v", m)
 	}
 }
