@@ -181,7 +181,7 @@ func TestBackupThenRestoreOntoAnEmptyCluster(t *testing.T) {
 	if len(stB.History) < len(st.History)+1 || stB.History[0].ID != st.History[0].ID {
 		t.Errorf("the history was not carried over: %d operations, first %s (was %d, first %s)", len(stB.History), stB.History[0].ID, len(st.History), st.History[0].ID)
 	}
-	status, err := (&Status{Target{Cluster: kube.Options{Kubeconfig: b.Kubeconfig}, Namespace: "onprem"}}).Run(ctx)
+	status, err := (&Status{Target: Target{Cluster: kube.Options{Kubeconfig: b.Kubeconfig}, Namespace: "onprem"}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func TestScheduledBackupShowsInStatus(t *testing.T) {
 			t.Errorf("a wildcard in the backup's Role: %+v", r)
 		}
 	}
-	st, err := (&Status{Target{Cluster: cl, Namespace: "onprem"}}).Run(ctx)
+	st, err := (&Status{Target: Target{Cluster: cl, Namespace: "onprem"}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestScheduledBackupShowsInStatus(t *testing.T) {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		st, err = (&Status{Target{Cluster: cl, Namespace: "onprem"}}).Run(ctx)
+		st, err = (&Status{Target: Target{Cluster: cl, Namespace: "onprem"}}).Run(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -100,7 +100,7 @@ func TestInstallLifecycle(t *testing.T) {
 		}
 	}
 
-	st, err := (&Status{Target{Cluster: cl, ConfigPath: src.ConfigPath}}).Run(ctx)
+	st, err := (&Status{Target: Target{Cluster: cl, ConfigPath: src.ConfigPath}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ patches:
 	if !strings.Contains(strings.Join(ui.NotReady, "\n"), "not ready") {
 		t.Errorf("no reason given: %+v", ui)
 	}
-	st, err := (&Status{Target{Cluster: cl, ConfigPath: src.ConfigPath}}).Run(ctx)
+	st, err := (&Status{Target: Target{Cluster: cl, ConfigPath: src.ConfigPath}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,9 @@ import (
 
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/certs"
+	"onprem.dev/onprem/installer/dbdump"
 	"onprem.dev/onprem/installer/kube"
+	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/topology"
@@ -62,6 +64,9 @@ func (t Target) namespace(ctx context.Context) (string, error) {
 // install compares them before it repairs (nothing is changed).
 type Status struct {
 	Target
+	// Exec asks MongoDB's replica set members their roles and lag
+	// (default: in the pods, through the API server).
+	Exec podexec.Executor
 }
 
 // RecentOperations is how many operations StatusResult.Recent holds.
@@ -223,7 +228,26 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 			out.Databases = append(out.Databases, top)
 		}
 	}
+	if _, ok := st.Components[topology.MongoDB]; ok {
+		top, err := topology.MongoDBCluster(ctx, cl.Client, ns, mongoDBProbe(s.Exec, cl))
+		if err != nil {
+			return out, err
+		}
+		if top.Replicated {
+			out.Databases = append(out.Databases, top)
+		}
+	}
 	return out, nil
+}
+
+// mongoDBProbe asks a member of MongoDB's replica set for its status with
+// ex (nil: in the pods, through the API server of cl): read-only, each
+// member's answer bounded by topology.DefaultMongoDBTimeout.
+func mongoDBProbe(ex podexec.Executor, cl *kube.Cluster) *topology.MongoDBProbe {
+	if ex == nil {
+		ex = podexec.Kube{Config: cl.Config, Client: cl.Client}
+	}
+	return &topology.MongoDBProbe{Exec: ex, Command: dbdump.ReplSetStatus()}
 }
 
 func chartRef(c state.Component) string {

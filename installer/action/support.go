@@ -17,6 +17,7 @@ import (
 	"onprem.dev/onprem/installer/doctor"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/managedcluster"
+	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/snapshot"
 	"onprem.dev/onprem/installer/support"
@@ -41,6 +42,9 @@ type Collect struct {
 	NoPreflight bool
 	// Progress is told as each collector ends.
 	Progress func(snapshot.CollectorResult)
+	// Exec asks MongoDB's replica set members their roles and lag
+	// (default: in the pods, through the API server).
+	Exec podexec.Executor
 }
 
 // FindingsError says that an analysis found error-level problems; the
@@ -62,7 +66,7 @@ func (a *Collect) snapshot(ctx context.Context, troubledLogsOnly bool) (*snapsho
 		return nil, nil, err
 	}
 	o := snapshot.Options{Namespace: ns, Logs: a.Logs, TroubledLogsOnly: troubledLogsOnly, Concurrency: a.Concurrency,
-		Timeout: a.Timeout, Progress: a.Progress, Attachments: a.attachments,
+		Timeout: a.Timeout, Progress: a.Progress, Attachments: a.attachments, MongoDB: mongoDBProbe(a.Exec, cl),
 		Drift: func(ctx context.Context, s *snapshot.Snapshot) ([]snapshot.Drift, error) {
 			return snapshotDrift(ctx, cl, s)
 		}}

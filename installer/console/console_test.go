@@ -301,15 +301,20 @@ func TestAttachmentsPage(t *testing.T) {
 }
 
 // With a replicated PostgreSQL the overview lists its members, their roles,
-// nodes and lag, and says in a banner when no synchronous replica is ready.
+// nodes and lag, and says in a banner when no synchronous replica is ready;
+// MongoDB's members with their lag in time.
 func TestOverviewShowsReplicatedDatabases(t *testing.T) {
 	src := healthy()
-	lag := int64(4096)
+	lag, lagSeconds := int64(4096), 2.5
 	src.status.Databases = []*topology.Topology{{Engine: "postgresql", Replicated: true, Desired: 3, Primary: "postgresql-1",
 		Members: []topology.Member{
 			{Name: "postgresql-0", Node: "node-a", Role: topology.RoleUnknown, Ready: false},
 			{Name: "postgresql-1", Node: "node-b", Role: topology.RolePrimary, State: "running", Ready: true},
 			{Name: "postgresql-2", Node: "node-c", Role: topology.RoleReplica, State: "running", Ready: true, Synchronous: false, LagBytes: &lag},
+		}}, {Engine: "mongodb", Replicated: true, Desired: 3, Primary: "mongodb-0", Quorum: true,
+		Members: []topology.Member{
+			{Name: "mongodb-0", Node: "node-a", Role: topology.RolePrimary, State: "PRIMARY", Ready: true},
+			{Name: "mongodb-1", Node: "node-b", Role: topology.RoleReplica, State: "SECONDARY", Ready: true, LagSeconds: &lagSeconds},
 		}}}
 	srv, c := start(t, src)
 	code, body, _ := get(t, c, srv.URL+"/login?token="+token)
@@ -317,7 +322,8 @@ func TestOverviewShowsReplicatedDatabases(t *testing.T) {
 		t.Fatalf("overview: %d", code)
 	}
 	for _, want := range []string{`<h2 id="databases">`, "<td>postgresql-1</td><td>primary</td><td>node-b</td>", "<td>postgresql-0</td><td>unknown</td><td>node-a</td><td> (not ready)</td>",
-		"<td>4096</td>", `role="alert">primary postgresql-1, no synchronous replica`} {
+		"<td>4096 bytes</td>", `role="alert">primary postgresql-1, no synchronous replica`,
+		"<h3>mongodb</h3>", "<td>mongodb-1</td><td>replica</td><td>node-b</td><td>SECONDARY</td><td></td><td>2.5 s</td>"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %q", want)
 		}

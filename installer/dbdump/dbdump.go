@@ -129,6 +129,39 @@ fi
 `
 }
 
+// replSetStatusJS connects to the member on the pod's loopback (directly:
+// this member's view, whichever it is) as the admin of the environment
+// (no credential on a command line or in a connection string), runs
+// replSetGetStatus, and prints its answer, or the error as {ok: 0,
+// code, errmsg}, as one line of relaxed Extended JSON. It only reads.
+const replSetStatusJS = `let r;
+try {
+  let host = process.env.MONGODB_HOST;
+  if (host.indexOf(':') >= 0 && host.charAt(0) !== '[') { host = '[' + host + ']'; }
+  const conn = new Mongo('mongodb://' + host + ':' + process.env.MONGODB_PORT +
+    '/admin?directConnection=true&serverSelectionTimeoutMS=5000&connectTimeoutMS=5000');
+  const admin = conn.getDB('admin');
+  admin.auth(process.env.MONGODB_ADMIN_USERNAME, process.env.MONGODB_ADMIN_PASSWORD);
+  r = admin.runCommand({ replSetGetStatus: 1 });
+} catch (e) {
+  r = { ok: 0, code: (e && e.code) || 0, errmsg: (e && e.message) || String(e) };
+}
+print(EJSON.stringify(r, { relaxed: true }));
+`
+
+// ReplSetStatus returns the command that prints, run in a member of
+// MongoDB's replica set, the set's status as that member sees it
+// (replSetGetStatus, mongosh's rs.status()) as one line of relaxed
+// Extended JSON (topology.ParseReplSetStatus reads it). It changes
+// nothing. The admin is the mounted admin Secret's (MongoDBAuth).
+func ReplSetStatus() []string {
+	e := engines[MongoDB]
+	return script(e.address()+"\n"+MongoDBAuth+`MONGODB_HOST="$host" MONGODB_PORT="$port" \
+MONGODB_ADMIN_USERNAME="$MONGO_INITDB_ROOT_USERNAME" MONGODB_ADMIN_PASSWORD="$MONGO_INITDB_ROOT_PASSWORD" \
+  exec mongosh --nodb --norc --quiet --eval "$1"
+`, replSetStatusJS)
+}
+
 // script returns sh -c SCRIPT with positional arguments.
 func script(body string, args ...string) []string {
 	return append([]string{"sh", "-c", "set -eu\n" + body, "onprem"}, args...)

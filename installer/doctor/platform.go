@@ -64,8 +64,11 @@ var databaseDown = Analyzer{
 			if want == 0 || x.Status.ReadyReplicas >= want {
 				continue
 			}
+			// MongoDB's replica set only when a member's answer was
+			// collected (a bundle of an older onprem has none).
+			mongo := x.Spec.Template.Labels[topology.MongoDBClusterLabel] != "" && in.S.MongoDB != nil
 			if (x.Spec.Template.Labels[topology.ClusterLabel] != "" || x.Spec.Template.Labels[topology.RabbitMQClusterLabel] != "" ||
-				x.Spec.Template.Labels[topology.RedisClusterLabel] != "") && x.Status.ReadyReplicas > 0 {
+				x.Spec.Template.Labels[topology.RedisClusterLabel] != "" || mongo) && x.Status.ReadyReplicas > 0 {
 				continue // a replicated database with members left: database-replication judges it
 			}
 			out = append(out, Finding{Severity: Error, Component: comp, Object: object("StatefulSet", ns, x.Name),

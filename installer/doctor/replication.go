@@ -11,13 +11,19 @@ import (
 // standby never trails that far.
 const LagWarningBytes = 64 << 20
 
+// LagWarningSeconds is how far, in time, a MongoDB secondary may trail the
+// primary before it is named: an election favours the most recent
+// member, but one that far behind holds a minute of writes less, and a
+// majority write waits for enough members to have it.
+const LagWarningSeconds = 60
+
 // replication judges a replicated database (spec.availability high) by its
 // topology: no primary is an error (writes stop), a member down or no
 // ready synchronous replica a warning (one more loss stops writes or loses
 // them), a replica far behind a warning.
 var replication = Analyzer{
 	ID:          "database-replication",
-	Description: "a replicated database (spec.availability high) has no primary or no majority, a member down, no synchronous (or, for Redis, no) replica ready, or a replica far behind",
+	Description: "a replicated database (spec.availability high) has no primary or no majority, a member down, no synchronous (or, for Redis, no) replica ready, or a replica far behind (MongoDB: as a member answers replSetGetStatus)",
 	Run: func(in *Input) []Finding {
 		ns := in.S.Meta.Namespace
 		objs := in.S.Objects(ns)
@@ -26,6 +32,10 @@ var replication = Analyzer{
 			sts := &objs.StatefulSets[i]
 			if sts.Name == topology.RabbitMQ && sts.Spec.Template.Labels[topology.RabbitMQClusterLabel] != "" {
 				out = append(out, rabbitMQFindings(ns, topology.RabbitMQFromObjects(sts, objs.Pods))...)
+				continue
+			}
+			if sts.Name == topology.MongoDB && sts.Spec.Template.Labels[topology.MongoDBClusterLabel] != "" {
+				out = append(out, mongoDBFindings(ns, topology.MongoDBFromObjects(sts, objs.Pods, in.S.MongoDB), in.S.MongoDB != nil)...)
 				continue
 			}
 			if sts.Name == topology.Redis && sts.Spec.Template.Labels[topology.RedisClusterLabel] != "" {
@@ -142,4 +152,63 @@ func redisFindings(ns string, top *topology.Topology) []Finding {
 				"(a new member copies the master by itself)"}}
 	}
 	return nil
+}
+
+// mongoDBFindings judges MongoDB's replica set as a member answered
+// replSetGetStatus (asked: false when the snapshot holds no answer, a
+// bundle of an older onprem: nothing is judged). No majority of healthy
+// members, or no primary, is an error; a member down, a set no member
+// answered, or a secondary more than LagWarningSeconds behind a warning.
+func mongoDBFindings(ns string, top *topology.Topology, asked bool) []Finding {
+	if !asked {
+		return nil
+	}
+	var evidence []string
+	for _, m := range top.Members {
+		line := fmt.Sprintf("%s on node %s: %s", m.Name, orNone(m.Node), m.Role)
+		if m.State != "" {
+			line += ", " + m.State
+		}
+		if !m.Ready {
+			line += ", not ready"
+		}
+		if m.LagSeconds != nil {
+			line += fmt.Sprintf(", %.1f s behind", *m.LagSeconds)
+		}
+		evidence = append(evidence, line)
+	}
+	obj := object("StatefulSet", ns, topology.MongoDB)
+	var out []Finding
+	switch {
+	case top.Unanswered != "":
+		return []Finding{{Severity: Warning, Component: topology.MongoDB, Object: obj, Evidence: append(evidence, top.Unanswered),
+			Title: "MongoDB's members did not say their roles: " + top.Unanswered,
+			Remediation: "a member that runs answers replSetGetStatus to the admin of the Secret onprem-mongodb-admin: the members' logs, " +
+				"and the findings about their pods, say why they do not (not yet in the set: the Job mongodb-replica-set's log; a refused login: " +
+				"'onprem rotate credentials --admin' left the Secret and the users apart)"}}
+	case !top.Quorum:
+		return []Finding{{Severity: Error, Component: topology.MongoDB, Object: obj, Evidence: evidence,
+			Title: "MongoDB's replica set has lost its majority: " + top.Summary(),
+			Remediation: "without a majority of healthy members no primary is elected and every write fails; bring back the members' nodes " +
+				"(or their volumes): the set elects a primary by itself once a majority answers. The findings about their pods say why they are down; " +
+				"never force a reconfiguration of the members left, which may lose the writes only the lost members hold"}}
+	case top.Primary == "":
+		return []Finding{{Severity: Error, Component: topology.MongoDB, Object: obj, Evidence: evidence,
+			Title: "MongoDB has no primary: every write fails until the members elect one",
+			Remediation: "an election takes about 10 s by itself while a majority is healthy; if it lasts, the members' logs say why none " +
+				"is elected (a member in RECOVERING or STARTUP2 is still catching up; onprem support-bundle holds the logs)"}}
+	case !top.Healthy():
+		out = append(out, Finding{Severity: Warning, Component: topology.MongoDB, Object: obj, Evidence: evidence,
+			Title: "MongoDB runs with a member down: " + top.Summary(),
+			Remediation: "the platform serves; bring the member's node back, or drain and delete it so that the pod is scheduled elsewhere " +
+				"(a member with a new volume copies the data from the set by itself): the findings about its pod say why it is down"})
+	}
+	for _, m := range top.Members {
+		if m.LagSeconds != nil && *m.LagSeconds > LagWarningSeconds {
+			out = append(out, Finding{Severity: Warning, Component: topology.MongoDB, Object: object("Pod", ns, m.Name), Evidence: evidence,
+				Title:       fmt.Sprintf("MongoDB secondary %s is %.0f s behind the primary", m.Name, *m.LagSeconds),
+				Remediation: "a secondary that far behind slows majority writes and holds less if elected; check its node's disk and network (node-pressure, volume-full findings) and its log"})
+		}
+	}
+	return out
 }

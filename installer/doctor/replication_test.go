@@ -1,7 +1,9 @@
 package doctor
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -187,5 +189,100 @@ func TestRedisReplicationFindings(t *testing.T) {
 	f = only(t, rep, "database-replication")
 	if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "Redis's master redis-0 has no ready replica: it refuses writes") {
 		t.Errorf("no replica left: %+v", f)
+	}
+}
+
+func mongoMember(name string, ready bool) corev1.Pod {
+	p := haMember(name, "", ready, "0")
+	p.Labels = map[string]string{topology.MongoDBClusterLabel: topology.MongoDB, "onprem.dev/component": "mongodb"}
+	p.Annotations = nil
+	return p
+}
+
+// rsAnswer is a member's answer to replSetGetStatus: each member's
+// stateStr, healthy unless "(not reachable/healthy)", and how many
+// seconds its last operation trails 08:00.
+func rsAnswer(states ...string) *topology.MongoDBAnswer {
+	return rsAnswerLag(nil, states...)
+}
+
+func rsAnswerLag(lag map[int]int, states ...string) *topology.MongoDBAnswer {
+	st := &topology.ReplSetStatus{OK: 1, Set: "onprem", MajorityVoteCount: 2, VotingMembersCount: len(states)}
+	base := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	for i, s := range states {
+		m := topology.ReplSetMember{ID: i, Name: fmt.Sprintf("mongodb-%d.mongodb-headless.onprem.svc:27017", i), Health: 1, StateStr: s,
+			OptimeDate: topology.EJSONDate{Time: base.Add(-time.Duration(lag[i]) * time.Second)}}
+		if s == "(not reachable/healthy)" {
+			m.Health, m.OptimeDate = 0, topology.EJSONDate{Time: time.Unix(0, 0).UTC()}
+		}
+		st.Members = append(st.Members, m)
+	}
+	return &topology.MongoDBAnswer{Pod: "mongodb-0", Status: st}
+}
+
+// MongoDB's replica set as a member answered replSetGetStatus: a member
+// down or a secondary far behind is a warning, no primary or no majority
+// an error, no answer a warning; a bundle without an answer is not
+// judged (database-down then judges the StatefulSet as before).
+func TestMongoDBReplicationFindings(t *testing.T) {
+	snap := func(a *topology.MongoDBAnswer, pods ...corev1.Pod) *Report {
+		s := base()
+		s.MongoDB = a
+		three := int32(3)
+		sts := appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "mongodb", Namespace: "onprem",
+			Labels: map[string]string{"onprem.dev/component": "mongodb"}}}
+		sts.Spec.Replicas = &three
+		sts.Spec.Template.Labels = map[string]string{topology.MongoDBClusterLabel: topology.MongoDB}
+		for _, p := range pods {
+			if p.Status.Conditions[0].Status == corev1.ConditionTrue {
+				sts.Status.ReadyReplicas++
+			}
+		}
+		o := s.Namespaces["onprem"]
+		o.StatefulSets = []appsv1.StatefulSet{sts}
+		o.Pods = pods
+		return Analyze(s)
+	}
+	all := []corev1.Pod{mongoMember("mongodb-0", true), mongoMember("mongodb-1", true), mongoMember("mongodb-2", true)}
+	if f := only(t, snap(rsAnswer("PRIMARY", "SECONDARY", "SECONDARY"), all...), "database-replication"); len(f) != 0 {
+		t.Errorf("findings on a healthy replica set: %+v", f)
+	}
+
+	downPods := []corev1.Pod{mongoMember("mongodb-0", true), mongoMember("mongodb-1", true), mongoMember("mongodb-2", false)}
+	rep := snap(rsAnswer("PRIMARY", "SECONDARY", "(not reachable/healthy)"), downPods...)
+	f := only(t, rep, "database-replication")
+	if len(f) != 1 || f[0].Severity != Warning || !holds(f[0], "MongoDB runs with a member down: primary mongodb-0", "mongodb-2 on node node-2: unknown, (not reachable/healthy), not ready") {
+		t.Errorf("a member down: %+v", f)
+	}
+	if f := only(t, rep, "database-down"); len(f) != 0 {
+		t.Errorf("database-down with two members of three serving: %+v", f)
+	}
+
+	f = only(t, snap(rsAnswer("SECONDARY", "SECONDARY", "SECONDARY"), all...), "database-replication")
+	if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "MongoDB has no primary") || f[0].Remediation == "" {
+		t.Errorf("no primary: %+v", f)
+	}
+
+	f = only(t, snap(rsAnswer("(not reachable/healthy)", "SECONDARY", "(not reachable/healthy)"), mongoMember("mongodb-0", false), mongoMember("mongodb-1", true), mongoMember("mongodb-2", false)), "database-replication")
+	if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "MongoDB's replica set has lost its majority", "no majority of the members healthy") {
+		t.Errorf("no majority: %+v", f)
+	}
+
+	f = only(t, snap(rsAnswerLag(map[int]int{2: 95}, "PRIMARY", "SECONDARY", "SECONDARY"), all...), "database-replication")
+	if len(f) != 1 || f[0].Severity != Warning || f[0].Object != "Pod/onprem/mongodb-2" || !holds(f[0], "MongoDB secondary mongodb-2 is 95 s behind the primary", "mongodb-2 on node node-2: replica, SECONDARY, 95.0 s behind") {
+		t.Errorf("a lagging secondary: %+v", f)
+	}
+
+	f = only(t, snap(&topology.MongoDBAnswer{Errors: []string{"mongodb-0: no answer to replSetGetStatus within 10s"}}, all...), "database-replication")
+	if len(f) != 1 || f[0].Severity != Warning || !holds(f[0], "MongoDB's members did not say their roles", "mongodb-0: no answer to replSetGetStatus within 10s") {
+		t.Errorf("no answer: %+v", f)
+	}
+
+	rep = snap(nil, downPods...)
+	if f := only(t, rep, "database-replication"); len(f) != 0 {
+		t.Errorf("judged without an answer: %+v", f)
+	}
+	if f := only(t, rep, "database-down"); len(f) != 1 {
+		t.Errorf("database-down without an answer: %+v", f)
 	}
 }

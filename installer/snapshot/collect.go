@@ -67,6 +67,10 @@ type Options struct {
 	// Drift, when set, compares each component's live objects with its
 	// deployed release (it changes nothing).
 	Drift func(ctx context.Context, s *Snapshot) ([]Drift, error)
+	// MongoDB, when set, asks a member of MongoDB's replica set (spec.
+	// availability high) for the set's status: each member's role and
+	// lag, which MongoDB publishes in no Kubernetes object. It only reads.
+	MongoDB *topology.MongoDBProbe
 	// Progress is told when each collector ends; the collectors of a
 	// phase run at once, so it may be called from several goroutines at a
 	// time.
@@ -135,7 +139,7 @@ func Collect(ctx context.Context, cl *kube.Cluster, o Options) (*Snapshot, error
 	c.phase(ctx, []collector{
 		{"objects", collectObjects}, {"secrets", collectSecrets}, {"cluster", collectCluster},
 		{"helm", collectReleases}, {"health", collectHealth}, {"preflight", collectPreflight},
-		{"attachments", collectAttachments}, {"drift", collectDrift},
+		{"attachments", collectAttachments}, {"drift", collectDrift}, {"mongodb-replica-set", collectMongoDB},
 	})
 	if !o.NoLogs {
 		c.phase(ctx, []collector{{"logs", collectLogs}})
@@ -677,6 +681,32 @@ func firstLine(s string) string {
 		s = s[:300] + "..."
 	}
 	return s
+}
+
+// collectMongoDB asks the members of MongoDB's replica set, when its pods
+// carry topology.MongoDBClusterLabel, for the set's status; the members
+// that did not answer are listed as skipped.
+func collectMongoDB(ctx context.Context, c *collection) (int, []string) {
+	if c.o.MongoDB == nil {
+		return 0, []string{"not asked"}
+	}
+	ns := c.o.Namespace
+	pods, err := c.client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: topology.MongoDBClusterLabel + "=" + topology.MongoDB})
+	if err != nil {
+		return 0, []string{why("MongoDB's members in namespace "+ns, err)}
+	}
+	if len(pods.Items) == 0 {
+		return 0, nil
+	}
+	a := c.o.MongoDB.Ask(ctx, ns, pods.Items)
+	c.mu.Lock()
+	c.s.MongoDB = a
+	c.mu.Unlock()
+	n := 0
+	if a.Status != nil {
+		n = len(a.Status.Members)
+	}
+	return n, a.Errors
 }
 
 func collectPreflight(ctx context.Context, c *collection) (int, []string) {

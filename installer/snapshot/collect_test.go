@@ -202,7 +202,7 @@ func TestCollect(t *testing.T) {
 	for _, c := range s.Meta.Collectors {
 		order = append(order, c.Name)
 	}
-	if want := []string{"state", "config", "objects", "secrets", "cluster", "helm", "health", "preflight", "attachments", "drift", "logs"}; !slices.Equal(order, want) {
+	if want := []string{"state", "config", "objects", "secrets", "cluster", "helm", "health", "preflight", "attachments", "drift", "mongodb-replica-set", "logs"}; !slices.Equal(order, want) {
 		t.Errorf("collectors %v, want %v", order, want)
 	}
 	slices.Sort(progress)
@@ -213,7 +213,7 @@ func TestCollect(t *testing.T) {
 	if s.State == nil || s.State.Version != "1.2.3" || string(s.Config) != "kind: Installation\n" {
 		t.Errorf("state %+v, config %q", s.State, s.Config)
 	}
-	for name, want := range map[string]string{"preflight": "not run", "attachments": "not read", "drift": "not compared"} {
+	for name, want := range map[string]string{"preflight": "not run", "attachments": "not read", "drift": "not compared", "mongodb-replica-set": "not asked"} {
 		if c := s.Collector(name); c == nil || !slices.Equal(c.Skipped, []string{want}) {
 			t.Errorf("collector %s: %+v, want skipped %q", name, c, want)
 		}

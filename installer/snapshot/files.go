@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/preflight"
 )
 
@@ -22,6 +23,7 @@ const (
 	FilePreflight    = "preflight.json"
 	FileAttachments  = "attachments.json"
 	FileDrift        = "drift.json"
+	FileMongoDB      = "mongodb-replica-set.json"
 	FileLogIndex     = "logs/index.json"
 	dirCluster       = "cluster/"
 	dirNamespaces    = "namespaces/"
@@ -103,6 +105,9 @@ func (s *Snapshot) Files() ([]File, error) {
 	if s.Drift != nil {
 		add(FileDrift, "per component, the live objects that differ from its deployed release in fields onprem sets (no value)", s.Drift)
 	}
+	if s.MongoDB != nil {
+		add(FileMongoDB, "MongoDB's replica set as one member saw it (replSetGetStatus: each member's state, health and last operation's time), and why members did not answer", s.MongoDB)
+	}
 	add(FileLogIndex, "the containers whose logs were collected, and why a log is missing", s.Logs)
 	for _, l := range s.Logs {
 		if l.Error == "" {
@@ -165,6 +170,12 @@ func FromFiles(files map[string][]byte) (*Snapshot, error) {
 	if _, ok := files[FileAttachments]; ok {
 		s.Attachments = &Attachments{}
 		if err := read(FileAttachments, s.Attachments); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok := files[FileMongoDB]; ok {
+		s.MongoDB = &topology.MongoDBAnswer{}
+		if err := read(FileMongoDB, s.MongoDB); err != nil {
 			return nil, err
 		}
 	}

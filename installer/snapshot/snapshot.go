@@ -27,6 +27,7 @@ import (
 	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/preflight"
 )
 
@@ -57,6 +58,9 @@ type Snapshot struct {
 	// Drift is, per component of the platform, what its live objects have
 	// that differs from its deployed release (nil: not compared).
 	Drift []Drift `json:"-"`
+	// MongoDB is what MongoDB's replica set answered when asked its
+	// status (nil: not asked, or no replica set).
+	MongoDB *topology.MongoDBAnswer `json:"-"`
 }
 
 // Drift is how one component's live objects differ from what onprem

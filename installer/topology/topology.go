@@ -14,14 +14,21 @@
 //
 // RabbitMQ with spec.availability high is a cluster of equals (rabbitmq.go):
 // what it needs is a majority of its nodes.
+//
+// MongoDB with spec.availability high is a replica set (mongodb.go): its
+// members' roles and lag are what one of them answers to replSetGetStatus,
+// run in its pod.
 package topology
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,7 +72,11 @@ type Member struct {
 	// LagBytes is how far a replica's received WAL trails the primary's
 	// (nil when either is unknown).
 	LagBytes *int64 `json:"lagBytes,omitempty"`
-	Timeline int    `json:"timeline,omitempty"`
+	// LagSeconds is how far a replica's last applied operation trails
+	// the primary's in time (MongoDB's optimes; nil when either is
+	// unknown).
+	LagSeconds *float64 `json:"lagSeconds,omitempty"`
+	Timeline   int      `json:"timeline,omitempty"`
 }
 
 // Topology is one replicated database.
@@ -87,6 +98,10 @@ type Topology struct {
 	// leader lock lives in the Kubernetes API, so two primaries never
 	// coexist; what a second loss costs is the writes, or the service.)
 	Quorum bool `json:"quorum"`
+	// Unanswered says why the members' roles are unknown when they are
+	// asked of the database rather than read from the cluster (MongoDB:
+	// no member answered replSetGetStatus); "" when they are known.
+	Unanswered string `json:"unanswered,omitempty"`
 }
 
 // Healthy reports whether every desired member runs, with a primary
@@ -125,6 +140,12 @@ func (t *Topology) Summary() string {
 		if m.LagBytes != nil {
 			s += fmt.Sprintf(", lag %s", bytesText(*m.LagBytes))
 		}
+		if m.LagSeconds != nil {
+			s += fmt.Sprintf(", lag %s", secondsText(*m.LagSeconds))
+		}
+		if t.Engine == "mongodb" && m.Role == RoleUnknown && m.State != "" {
+			s += " (" + strings.Trim(m.State, "()") + ")"
+		}
 		if !m.Ready {
 			s += ", not ready"
 		}
@@ -135,6 +156,10 @@ func (t *Topology) Summary() string {
 		head = "primary " + t.Primary
 	}
 	switch {
+	case t.Unanswered != "":
+		head = "roles unknown: " + t.Unanswered
+	case !t.Quorum && t.Engine == "mongodb":
+		head += ", no majority of the members healthy: no primary can be elected, and majority writes wait"
 	case !t.Quorum && t.Engine == "redis" && t.Primary != "":
 		head += ", no ready replica: it refuses writes until one follows it"
 	case !t.Quorum && t.Engine != "redis":
@@ -175,6 +200,14 @@ func (t *Topology) leaderlessSummary() string {
 		s += ": the majority serves"
 	}
 	return s
+}
+
+// secondsText is a lag in time: "0 s", "1.5 s", "2m5s".
+func secondsText(s float64) string {
+	if s < 60 {
+		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
 }
 
 func bytesText(n int64) string {
