@@ -90,11 +90,8 @@ func (r *RotateCertificates) Run(ctx context.Context) (*RotateCertificatesResult
 	}
 	opts := rotate.CertificatesOptions{Client: cl.Client, Namespace: ns, Mode: r.Mode, DryRun: r.DryRun}
 	if r.DryRun {
-		st, err := state.NewStore(cl.Client, ns).Load(ctx)
+		_, _, st, err := conf.LoadInstalled(ctx, ns)
 		if err != nil {
-			return nil, err
-		}
-		if err := requireInstalled(st, ns); err != nil {
 			return nil, err
 		}
 		res, err := rotate.Certificates(ctx, opts)
@@ -465,11 +462,7 @@ func (r *RotateKeys) Run(ctx context.Context) (*rotate.KeysResult, error) {
 	}
 	opts := rotate.KeysOptions{Client: cl.Client, Namespace: ns, Retire: r.Retire, DryRun: r.DryRun, RolloutTimeout: r.Timeout, Progress: r.Progress}
 	if r.DryRun {
-		st, err := state.NewStore(cl.Client, ns).Load(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := requireInstalled(st, ns); err != nil {
+		if _, _, _, err := conf.LoadInstalled(ctx, ns); err != nil {
 			return nil, err
 		}
 		res, err := rotate.Keys(ctx, opts)

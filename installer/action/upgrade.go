@@ -524,16 +524,9 @@ func (u *UpgradeVersions) Run(ctx context.Context) (*UpgradeVersionsResult, erro
 		return nil, err
 	}
 	defer l.Close()
-	cl, err := connect(ctx, u.Conn, u.Cluster)
-	if err != nil {
-		return nil, err
-	}
 	ns := l.Installation.Spec.Namespace
-	st, err := state.NewStore(cl.Client, ns).Load(ctx)
+	_, _, st, err := configuration(u.Conn, u.Cluster).LoadInstalled(ctx, ns)
 	if err != nil {
-		return nil, err
-	}
-	if err := requireInstalled(st, ns); err != nil {
 		return nil, err
 	}
 	reach, err := upgrade.Reachable(l.Releases, st.Version)
