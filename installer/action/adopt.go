@@ -29,7 +29,10 @@ import (
 // changing anything, so that it can be upgraded from then on.
 type Adopt struct {
 	Source
-	Cluster   kube.Options
+	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn      *Configuration
 	LockWait  time.Duration
 	LockLease time.Duration
 }
@@ -75,7 +78,8 @@ func (a *Adopt) Run(ctx context.Context) (*AdoptResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, a.Cluster)
+	conf := configuration(a.Conn, a.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +90,7 @@ func (a *Adopt) Run(ctx context.Context) (*AdoptResult, error) {
 		}
 		return nil, err
 	}
-	ctx, h, err := lockAndLoad(ctx, cl, ns, "adopt", a.LockWait, a.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, ns, "adopt", a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}

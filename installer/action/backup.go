@@ -187,7 +187,8 @@ func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, b.Cluster)
+	conf := configuration(b.Conn, b.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -196,13 +197,13 @@ func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
 			return nil, err
 		}
 	}
-	ctx, h, err := lockAndLoad(ctx, cl, ns, "backup", b.LockWait, b.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, ns, "backup", b.LockWait, b.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	if h.st.Version == "" {
-		return nil, inputErr(&NotInstalledError{Namespace: ns})
+	if err := requireInstalled(h.st, ns); err != nil {
+		return nil, err
 	}
 	dyn, err := dynamic.NewForConfig(cl.Config)
 	if err != nil {
@@ -307,7 +308,7 @@ func clusterFor(ctx context.Context, t Target, d BackupDestination) (*kube.Clust
 	if err != nil {
 		return nil, "", err
 	}
-	cl, err := kube.Connect(ctx, t.Cluster)
+	cl, err := connect(ctx, t.Conn, t.Cluster)
 	if err != nil {
 		return nil, "", err
 	}
@@ -425,6 +426,9 @@ var ErrNoBucket = errors.New("the configuration names no bucket for backups (spe
 type ConfiguredBackups struct {
 	Source
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 }
 
 // Run lists; ErrNoBucket (an input error) when no bucket is configured.
@@ -438,7 +442,7 @@ func (b *ConfiguredBackups) Run(ctx context.Context) (*BackupListResult, error) 
 	if in.Spec.Backup.S3.Bucket == "" {
 		return nil, inputErr(ErrNoBucket)
 	}
-	cl, err := kube.Connect(ctx, b.Cluster)
+	cl, err := connect(ctx, b.Conn, b.Cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/apply"
-	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/state"
@@ -87,7 +86,7 @@ func (c *ComponentInspect) Run(ctx context.Context) (*ComponentDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, c.Cluster)
+	cl, err := connect(ctx, c.Conn, c.Cluster)
 	if err != nil {
 		return nil, err
 	}

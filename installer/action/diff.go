@@ -19,7 +19,10 @@ import (
 type Diff struct {
 	Source
 	Cluster kube.Options
-	Set     []string
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
+	Set  []string
 }
 
 // DiffResult lists the components that would change.
@@ -48,7 +51,7 @@ func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
 		}
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, d.Cluster)
+	cl, err := connect(ctx, d.Conn, d.Cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,9 @@ type Install struct {
 	Source
 	// Cluster says which cluster (kubeconfig and context).
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 	// Set holds --set COMPONENT.key=value overrides.
 	Set []string
 	// DryRun renders and validates every object against the API server
@@ -135,7 +138,8 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	if err := render.Verify(res, render.CheckOptionsFor(l.Installation)); err != nil {
 		return nil, inputErr(err)
 	}
-	cl, err := kube.Connect(ctx, i.Cluster)
+	conf := configuration(i.Conn, i.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +183,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		return out, err
 	}
 
-	ctx, h, err := lockAndLoad(ctx, cl, res.Namespace, "install", i.LockWait, i.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, res.Namespace, "install", i.LockWait, i.LockLease)
 	if err != nil {
 		return nil, err
 	}

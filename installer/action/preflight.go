@@ -16,7 +16,10 @@ import (
 type Preflight struct {
 	Source
 	Cluster kube.Options
-	Set     []string
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
+	Set  []string
 	// Skip lists check IDs not to run (--skip-check).
 	Skip []string
 	// Concurrency and Timeout tune the checks (defaults in preflight).
@@ -58,7 +61,7 @@ func (p *Preflight) Run(ctx context.Context) (*preflight.Report, error) {
 		}
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, p.Cluster)
+	cl, err := connect(ctx, p.Conn, p.Cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,9 @@ import (
 type Restore struct {
 	// Cluster is the cluster to restore onto.
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 	// From is the backup: a file, s3://BUCKET/PREFIX/NAME, or a name at
 	// Destination; with Latest and Destination, the newest there.
 	From        string
@@ -201,7 +204,8 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 	}
 	ns := res.Namespace
 	out.Namespace = ns
-	cl, err := kube.Connect(ctx, r.Cluster)
+	conf := configuration(r.Conn, r.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +235,7 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 		return out, err
 	}
 
-	lctx, h, err := lockAndLoad(ctx, cl, ns, "restore", r.LockWait, r.LockLease)
+	lctx, h, err := conf.lockAndLoad(ctx, ns, "restore", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}

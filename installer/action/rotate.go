@@ -35,7 +35,7 @@ func (r *RotateList) Run(ctx context.Context) (*RotateListResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, r.Cluster)
+	cl, err := connect(ctx, r.Conn, r.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (r *RotateList) Run(ctx context.Context) (*RotateListResult, error) {
 		return nil, err
 	}
 	if len(items) == 0 {
-		return nil, inputErr(&NotInstalledError{Namespace: ns})
+		return nil, errNotInstalled(ns)
 	}
 	return &RotateListResult{Namespace: ns, Secrets: items}, nil
 }
@@ -83,18 +83,16 @@ func (r *RotateCertificates) Run(ctx context.Context) (*RotateCertificatesResult
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, r.Cluster)
+	conf := configuration(r.Conn, r.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
 	opts := rotate.CertificatesOptions{Client: cl.Client, Namespace: ns, Mode: r.Mode, DryRun: r.DryRun}
 	if r.DryRun {
-		st, err := state.NewStore(cl.Client, ns).Load(ctx)
+		_, _, st, err := conf.LoadInstalled(ctx, ns)
 		if err != nil {
 			return nil, err
-		}
-		if st.Version == "" {
-			return nil, inputErr(&NotInstalledError{Namespace: ns})
 		}
 		res, err := rotate.Certificates(ctx, opts)
 		if err != nil {
@@ -103,13 +101,13 @@ func (r *RotateCertificates) Run(ctx context.Context) (*RotateCertificatesResult
 		return &RotateCertificatesResult{CertificatesResult: *res, Next: caNext(st, res)}, nil
 	}
 
-	ctx, h, err := lockAndLoad(ctx, cl, ns, "rotate certificates", r.LockWait, r.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, ns, "rotate certificates", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	if h.st.Version == "" {
-		return nil, inputErr(&NotInstalledError{Namespace: ns})
+	if err := requireInstalled(h.st, ns); err != nil {
+		return nil, err
 	}
 	// A refusal is known before anything is recorded: the history holds
 	// rotations that were attempted.
@@ -223,7 +221,8 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, r.Cluster)
+	conf := configuration(r.Conn, r.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -231,8 +230,8 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 	// plan is, per engine, the options of its rotation, from what the
 	// installation runs and which services have logins where.
 	plan := func(st *state.State) ([]rotate.CredentialsOptions, error) {
-		if st.Version == "" {
-			return nil, inputErr(&NotInstalledError{Namespace: ns})
+		if err := requireInstalled(st, ns); err != nil {
+			return nil, err
 		}
 		engines := r.Engines
 		explicit := len(engines) > 0
@@ -318,7 +317,7 @@ func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, 
 		return res, nil
 	}
 
-	ctx, h, err := lockAndLoad(ctx, cl, ns, "rotate credentials", r.LockWait, r.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, ns, "rotate credentials", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}
@@ -456,29 +455,26 @@ func (r *RotateKeys) Run(ctx context.Context) (*rotate.KeysResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, r.Cluster)
+	conf := configuration(r.Conn, r.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
 	opts := rotate.KeysOptions{Client: cl.Client, Namespace: ns, Retire: r.Retire, DryRun: r.DryRun, RolloutTimeout: r.Timeout, Progress: r.Progress}
 	if r.DryRun {
-		st, err := state.NewStore(cl.Client, ns).Load(ctx)
-		if err != nil {
+		if _, _, _, err := conf.LoadInstalled(ctx, ns); err != nil {
 			return nil, err
-		}
-		if st.Version == "" {
-			return nil, inputErr(&NotInstalledError{Namespace: ns})
 		}
 		res, err := rotate.Keys(ctx, opts)
 		return res, rotateErr(err)
 	}
-	ctx, h, err := lockAndLoad(ctx, cl, ns, "rotate keys", r.LockWait, r.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, ns, "rotate keys", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	if h.st.Version == "" {
-		return nil, inputErr(&NotInstalledError{Namespace: ns})
+	if err := requireInstalled(h.st, ns); err != nil {
+		return nil, err
 	}
 	probe := opts
 	probe.DryRun = true

@@ -30,6 +30,9 @@ type RunnerInstall struct {
 	Source
 	// Cluster is the platform's cluster.
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 	// Name of the runner (a DNS label of at most 40 characters).
 	Name string
 	// RunnerCluster is the runner's cluster (default: spec.runners[]'s,
@@ -80,7 +83,7 @@ func (a *RunnerInstall) Run(ctx context.Context) (*runner.Result, error) {
 	}
 
 	// Both clusters are reached before anything is touched.
-	pc, err := kube.Connect(ctx, a.Cluster)
+	pc, err := connect(ctx, a.Conn, a.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -102,6 +105,9 @@ func (a *RunnerInstall) Run(ctx context.Context) (*runner.Result, error) {
 type RunnerUpgrade struct {
 	Source
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 	// Names of the runners; All: every recorded runner.
 	Names []string
 	All   bool
@@ -131,7 +137,7 @@ func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 		return nil, err
 	}
 	defer l.Close()
-	pc, err := kube.Connect(ctx, a.Cluster)
+	pc, err := connect(ctx, a.Conn, a.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +252,8 @@ func (a *RunnerUninstall) Run(ctx context.Context) (*runner.UninstallResult, err
 	if err != nil {
 		return nil, err
 	}
-	pc, err := kube.Connect(ctx, a.Cluster)
+	conf := configuration(a.Conn, a.Cluster)
+	pc, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +262,7 @@ func (a *RunnerUninstall) Run(ctx context.Context) (*runner.UninstallResult, err
 	} else if _, ok := st.Runners[a.Name]; !ok {
 		return nil, inputErr(&runner.NotFoundError{Name: a.Name, Known: runner.Names(st)})
 	}
-	ctx, h, err := lockAndLoad(ctx, pc, ns, "runner uninstall", a.LockWait, a.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, ns, "runner uninstall", a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +312,7 @@ func (a *RunnerList) Run(ctx context.Context) (*RunnerListResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := kube.Connect(ctx, a.Cluster)
+	pc, err := connect(ctx, a.Conn, a.Cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,9 @@ type RuntimeInstall struct {
 	Source
 	// Cluster is the platform's cluster.
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 	// Name of the runtime (default codefresh).
 	Name string
 	// RuntimeCluster is the runtime's cluster (default: spec.runtimes[]'s,
@@ -122,7 +125,7 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
 	}
 	defer clear(ptoken)
 
-	pc, err := kube.Connect(ctx, a.Cluster)
+	pc, err := connect(ctx, a.Conn, a.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +149,11 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
 type RuntimeUpgrade struct {
 	Source
 	Cluster kube.Options
-	Names   []string
-	All     bool
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn  *Configuration
+	Names []string
+	All   bool
 	// RuntimeCluster overrides how the runtime's cluster is reached (one
 	// runtime only).
 	RuntimeCluster config.ClusterRef
@@ -192,7 +198,7 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
 	if err := needAccount(l.Installation); err != nil {
 		return nil, err
 	}
-	pc, err := kube.Connect(ctx, a.Cluster)
+	pc, err := connect(ctx, a.Conn, a.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +304,7 @@ func (a *RuntimeList) Run(ctx context.Context) (*RuntimeListResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := kube.Connect(ctx, a.Cluster)
+	pc, err := connect(ctx, a.Conn, a.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +435,8 @@ func (t *Target) openRuntimes(ctx context.Context, verb string, wait, lease time
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	pc, err := kube.Connect(ctx, t.Cluster)
+	conf := configuration(t.Conn, t.Cluster)
+	pc, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -438,7 +445,7 @@ func (t *Target) openRuntimes(ctx context.Context, verb string, wait, lease time
 	} else if st.Version == "" {
 		return nil, nil, nil, inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s: install it first with 'onprem install', or point --kubeconfig/--context at the platform's cluster", ns, pc.Server))
 	}
-	lctx, h, err := lockAndLoad(ctx, pc, ns, verb, wait, lease)
+	lctx, h, err := conf.lockAndLoad(ctx, ns, verb, wait, lease)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -473,7 +480,7 @@ func (t *Target) peekRuntime(ctx context.Context, name string, ref config.Cluste
 	if err != nil {
 		return nil, nil, err
 	}
-	pc, err := kube.Connect(ctx, t.Cluster)
+	pc, err := connect(ctx, t.Conn, t.Cluster)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -39,8 +39,11 @@ type SBOM struct {
 	// Cluster instead (--installed): every container image of its pods,
 	// by the digest the kubelet resolved, read from its registry with the
 	// credentials of DockerConfig (default: the user's docker config).
-	Installed    bool
-	Cluster      kube.Options
+	Installed bool
+	Cluster   kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn         *Configuration
 	Namespace    string
 	DockerConfig string
 	Insecure     bool

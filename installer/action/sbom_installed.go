@@ -21,7 +21,6 @@ import (
 
 	"onprem.dev/onprem/installer/bundle"
 	"onprem.dev/onprem/installer/images"
-	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/sbom"
 	"onprem.dev/onprem/installer/state"
 )
@@ -48,7 +47,7 @@ func (s *SBOM) runInstalled(ctx context.Context) (*SBOMResult, error) {
 		}
 		kc = k
 	}
-	cl, err := kube.Connect(ctx, s.Cluster)
+	cl, err := connect(ctx, s.Conn, s.Cluster)
 	if err != nil {
 		return nil, err
 	}

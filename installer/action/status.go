@@ -33,6 +33,9 @@ const DefaultNamespace = "onprem"
 // (status, uninstall) works on.
 type Target struct {
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 	// Namespace of the platform; when empty, the one of ConfigPath if that
 	// file exists, else DefaultNamespace.
 	Namespace  string
@@ -148,7 +151,7 @@ func (s *Status) Run(ctx context.Context) (*StatusResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, s.Cluster)
+	cl, err := connect(ctx, s.Conn, s.Cluster)
 	if err != nil {
 		return nil, err
 	}

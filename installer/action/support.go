@@ -61,7 +61,7 @@ func (a *Collect) snapshot(ctx context.Context, troubledLogsOnly bool) (*snapsho
 	if err != nil {
 		return nil, nil, err
 	}
-	cl, err := kube.Connect(ctx, a.Cluster)
+	cl, err := connect(ctx, a.Conn, a.Cluster)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -61,7 +61,7 @@ func (u *Uninstall) Run(ctx context.Context) (*UninstallResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, u.Cluster)
+	cl, err := connect(ctx, u.Conn, u.Cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,9 @@ func (e *NotInstalledError) Error() string {
 type UpgradeTarget struct {
 	Source
 	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
 	// To is the target version; empty: the configuration's spec.version.
 	To string
 	// Set holds --set overrides, applied to every step.
@@ -69,7 +72,7 @@ func (u UpgradeTarget) makePlan(ctx context.Context, lock func(*kube.Cluster, st
 			l.Close()
 		}
 	}()
-	cl, err := kube.Connect(ctx, u.Cluster)
+	cl, err := connect(ctx, u.Conn, u.Cluster)
 	if err != nil {
 		return ctx, nil, err
 	}
@@ -84,8 +87,8 @@ func (u UpgradeTarget) makePlan(ctx context.Context, lock func(*kube.Cluster, st
 	if err != nil {
 		return ctx, nil, err
 	}
-	if st.Version == "" {
-		return ctx, nil, inputErr(&NotInstalledError{Namespace: ns})
+	if err := requireInstalled(st, ns); err != nil {
+		return ctx, nil, err
 	}
 	to := u.To
 	if to == "" {
@@ -416,18 +419,19 @@ func (r *Rollback) Run(ctx context.Context) (*RollbackResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kube.Connect(ctx, r.Cluster)
+	conf := configuration(r.Conn, r.Cluster)
+	cl, err := conf.Cluster(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ctx, h, err := lockAndLoad(ctx, cl, ns, "rollback", r.LockWait, r.LockLease)
+	ctx, h, err := conf.lockAndLoad(ctx, ns, "rollback", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
 	store, st := h.store, h.st
 	if !st.Stored() {
-		return nil, inputErr(&NotInstalledError{Namespace: ns})
+		return nil, errNotInstalled(ns)
 	}
 	step := lastStep(st)
 	if step == nil {
@@ -520,17 +524,10 @@ func (u *UpgradeVersions) Run(ctx context.Context) (*UpgradeVersionsResult, erro
 		return nil, err
 	}
 	defer l.Close()
-	cl, err := kube.Connect(ctx, u.Cluster)
-	if err != nil {
-		return nil, err
-	}
 	ns := l.Installation.Spec.Namespace
-	st, err := state.NewStore(cl.Client, ns).Load(ctx)
+	_, _, st, err := configuration(u.Conn, u.Cluster).LoadInstalled(ctx, ns)
 	if err != nil {
 		return nil, err
-	}
-	if st.Version == "" {
-		return nil, inputErr(&NotInstalledError{Namespace: ns})
 	}
 	reach, err := upgrade.Reachable(l.Releases, st.Version)
 	if err != nil {

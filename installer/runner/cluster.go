@@ -37,15 +37,24 @@ func ClusterOptions(ref config.ClusterRef, platform kube.Options) (o kube.Option
 // the kubeconfig, the context and the server, wrapped with the runner's
 // name.
 func Connect(ctx context.Context, name string, ref config.ClusterRef, platform kube.Options, platformCluster *kube.Cluster) (*kube.Cluster, error) {
-	o, same := ClusterOptions(ref, platform)
-	if same && platformCluster != nil {
-		return platformCluster, nil
-	}
-	cl, err := kube.Connect(ctx, o)
+	cl, err := ConnectRef(ctx, ref, platform, platformCluster)
 	if err != nil {
 		return nil, fmt.Errorf("runner %s: its cluster (%s): %w", name, describeRef(ref), err)
 	}
 	return cl, nil
+}
+
+// ConnectRef reaches the cluster ref names (see ClusterOptions): the
+// platform's connection itself when ref names no other cluster, else a
+// new one. Its error is kube.Connect's, for the caller to say what the
+// cluster was for (runner.Connect, runtime.Connect): runners and runtimes
+// reach their clusters through this one function.
+func ConnectRef(ctx context.Context, ref config.ClusterRef, platform kube.Options, platformCluster *kube.Cluster) (*kube.Cluster, error) {
+	o, same := ClusterOptions(ref, platform)
+	if same && platformCluster != nil {
+		return platformCluster, nil
+	}
+	return kube.Connect(ctx, o)
 }
 
 func describeRef(ref config.ClusterRef) string {

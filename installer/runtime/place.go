@@ -69,11 +69,7 @@ func Names(st *state.State) []string {
 // cluster; an unreachable one comes back as kube.Connect's error, wrapped
 // with what it is for.
 func Connect(ctx context.Context, what string, ref config.ClusterRef, platform kube.Options, platformCluster *kube.Cluster) (*kube.Cluster, error) {
-	o, same := runner.ClusterOptions(ref, platform)
-	if same && platformCluster != nil {
-		return platformCluster, nil
-	}
-	cl, err := kube.Connect(ctx, o)
+	cl, err := runner.ConnectRef(ctx, ref, platform, platformCluster)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
