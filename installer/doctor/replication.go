@@ -46,23 +46,7 @@ var replication = Analyzer{
 				continue
 			}
 			top := topology.FromObjects(sts, objs.Pods, objs.Endpoints)
-			var evidence []string
-			for _, m := range top.Members {
-				line := fmt.Sprintf("%s on node %s: %s", m.Name, orNone(m.Node), m.Role)
-				if m.State != "" {
-					line += ", " + m.State
-				}
-				if !m.Ready {
-					line += ", not ready"
-				}
-				if m.Synchronous {
-					line += ", synchronous"
-				}
-				if m.LagBytes != nil {
-					line += fmt.Sprintf(", %d bytes behind", *m.LagBytes)
-				}
-				evidence = append(evidence, line)
-			}
+			evidence := memberLines(top)
 			obj := object("StatefulSet", ns, sts.Name)
 			switch {
 			case top.Primary == "":
@@ -163,20 +147,7 @@ func mongoDBFindings(ns string, top *topology.Topology, asked bool) []Finding {
 	if !asked {
 		return nil
 	}
-	var evidence []string
-	for _, m := range top.Members {
-		line := fmt.Sprintf("%s on node %s: %s", m.Name, orNone(m.Node), m.Role)
-		if m.State != "" {
-			line += ", " + m.State
-		}
-		if !m.Ready {
-			line += ", not ready"
-		}
-		if m.LagSeconds != nil {
-			line += fmt.Sprintf(", %.1f s behind", *m.LagSeconds)
-		}
-		evidence = append(evidence, line)
-	}
+	evidence := memberLines(top)
 	obj := object("StatefulSet", ns, topology.MongoDB)
 	var out []Finding
 	switch {
@@ -209,6 +180,33 @@ func mongoDBFindings(ns string, top *topology.Topology, asked bool) []Finding {
 				Title:       fmt.Sprintf("MongoDB secondary %s is %.0f s behind the primary", m.Name, *m.LagSeconds),
 				Remediation: "a secondary that far behind slows majority writes and holds less if elected; check its node's disk and network (node-pressure, volume-full findings) and its log"})
 		}
+	}
+	return out
+}
+
+// memberLines is each member of a replicated database as evidence: its
+// node, role, state, readiness, whether it is synchronous and how far
+// behind it is (in bytes or seconds, as its engine says).
+func memberLines(top *topology.Topology) []string {
+	var out []string
+	for _, m := range top.Members {
+		line := fmt.Sprintf("%s on node %s: %s", m.Name, orNone(m.Node), m.Role)
+		if m.State != "" {
+			line += ", " + m.State
+		}
+		if !m.Ready {
+			line += ", not ready"
+		}
+		if m.Synchronous {
+			line += ", synchronous"
+		}
+		if m.LagBytes != nil {
+			line += fmt.Sprintf(", %d bytes behind", *m.LagBytes)
+		}
+		if m.LagSeconds != nil {
+			line += fmt.Sprintf(", %.1f s behind", *m.LagSeconds)
+		}
+		out = append(out, line)
 	}
 	return out
 }
