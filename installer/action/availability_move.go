@@ -156,17 +156,18 @@ func (m *availabilityMove) run(ctx context.Context) (*MoveResult, error) {
 		return out, err
 	}
 	if string(rec.Data[moveKeyPhase]) == moveBackingUp {
-		if err := m.backUp(ctx, rec, file); err != nil {
+		if err := m.backUp(ctx, rec, ids, file); err != nil {
 			return out, err
 		}
 	}
 	opened, err := backup.OpenFile(ctx, file, backup.OpenOptions{Identities: ids})
 	if err != nil {
 		host, _ := os.Hostname()
+		lost := "; if that file is lost, restore the platform's latest backup (onprem restore --force --yes) and then delete the Secret " + m.ns + "/" + MoveSecret
 		if errors.Is(err, os.ErrNotExist) && string(rec.Data[moveKeyHost]) != host {
-			return out, fmt.Errorf("the move's backup %s is on %s, where the move began: run onprem install there to finish it: %w", file, rec.Data[moveKeyHost], err)
+			return out, fmt.Errorf("the move's backup %s is on %s, where the move began: run onprem install there to finish it%s: %w", file, rec.Data[moveKeyHost], lost, err)
 		}
-		return out, fmt.Errorf("reading back the move's backup %s: %w", file, err)
+		return out, fmt.Errorf("reading back the move's backup %s%s: %w", file, lost, err)
 	}
 	defer opened.Close()
 	if m.beforeDelete != nil {
@@ -261,11 +262,7 @@ func (m *availabilityMove) begin(ctx context.Context) (*corev1.Secret, error) {
 
 // backUp backs every database up to file and marks the move backed up.
 // A backup an earlier run left unfinished is replaced.
-func (m *availabilityMove) backUp(ctx context.Context, rec *corev1.Secret, file string) error {
-	ids, err := age.ParseIdentities(strings.NewReader(string(rec.Data[moveKeyIdentity])))
-	if err != nil {
-		return err
-	}
+func (m *availabilityMove) backUp(ctx context.Context, rec *corev1.Secret, ids []age.Identity, file string) error {
 	var recipients []age.Recipient
 	for _, id := range ids {
 		if h, ok := id.(*age.HybridIdentity); ok {
@@ -274,6 +271,10 @@ func (m *availabilityMove) backUp(ctx context.Context, rec *corev1.Secret, file 
 	}
 	if len(recipients) == 0 {
 		return fmt.Errorf("the key of the move in Secret %s/%s is not a hybrid age key", m.ns, MoveSecret)
+	}
+	// Begun on another machine: its folder may not exist here.
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return fmt.Errorf("the folder of the move's backup: %w", err)
 	}
 	_ = os.Remove(file)
 	dyn, err := dynamic.NewForConfig(m.cl.Config)
