@@ -253,16 +253,22 @@ func cniReady(ctx context.Context, cs kubernetes.Interface, nodes int) (bool, st
 }
 
 // cniLogTail returns the errors and last lines kube-router logged on each
-// node (every container of its pods, the newest log of each), read
-// from the node's container logs, which need neither the API server nor a
-// working pod network.
+// node (every container of its pods, the newest log of each that is not
+// empty), read from the node's container logs, which need neither the API
+// server nor a working pod network.
 func (c *Cluster) cniLogTail(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	const script = `found=
 for d in /var/log/pods/kube-system_kube-router-*/*/; do
   [ -d "$d" ] || continue
-  f=$(ls -t "$d"*.log 2>/dev/null | head -n 1)
+  # The newest log that has something: a container that has just
+  # restarted has an empty one, and the crash is in the one before.
+  f=
+  for l in $(ls -t "$d"*.log 2>/dev/null); do
+    [ -n "$f" ] || f=$l
+    if [ -s "$l" ]; then f=$l; break; fi
+  done
   [ -n "$f" ] || continue
   found=1; echo "== $f"
   # Errors first (a usage text after an unknown flag would push the
