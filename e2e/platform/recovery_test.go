@@ -21,6 +21,7 @@ import (
 	"onprem.dev/onprem/e2e/kindcluster"
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/backupfile"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/state"
@@ -246,6 +247,15 @@ func (e *env) disasterRecovery(ctx context.Context, version, bundle string, reco
 		}
 		out := e.onprem("status", "--namespace", namespace, "--kubeconfig", e.kubeconfig)
 		mustContain(t, out, "last backup: "+res.Backup, "succeeded")
+		// The scheduled backup, installed once the data was back, runs on
+		// its schedule (not left suspended by the restore).
+		cj, err := e.cluster.Client.BatchV1().CronJobs(namespace).Get(ctx, "onprem-backup", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the scheduled backup after the restore: %v", err)
+		}
+		if _, noted := cj.Annotations[backup.SuspendAnnotation]; noted || (cj.Spec.Suspend != nil && *cj.Spec.Suspend) {
+			t.Fatalf("the scheduled backup is left suspended after the restore: suspend %v, annotations %v", cj.Spec.Suspend, cj.Annotations)
+		}
 	})
 }
 

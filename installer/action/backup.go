@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/backupfile"
@@ -203,6 +205,9 @@ func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
 	}
 	defer h.unlock()
 	if err := requireInstalled(h.st, ns); err != nil {
+		return nil, err
+	}
+	if err := databasesSettled(ctx, cl.Client, ns, h.st); err != nil {
 		return nil, err
 	}
 	dyn, err := dynamic.NewForConfig(cl.Config)
@@ -459,4 +464,25 @@ func (b *ConfiguredBackups) Run(ctx context.Context) (*BackupListResult, error) 
 		objs = []backupstore.Object{}
 	}
 	return &BackupListResult{Where: store.String(), Backups: objs}, nil
+}
+
+// databasesSettled refuses a backup while a restore or an availability
+// move that did not finish has the databases half replaced: such a backup
+// would look whole, and retention could keep it in place of good ones.
+// (A scheduled backup is suspended then too; one that was waiting for the
+// lock when the operation was interrupted ends here.)
+func databasesSettled(ctx context.Context, c kubernetes.Interface, ns string, st *state.State) error {
+	if unfinishedRestore(st) {
+		return inputErr(fmt.Errorf("the last restore into namespace %s did not finish: its databases hold part of the backup, and a backup of them would pass for a whole one; "+
+			"finish the restore first (run the same onprem restore again), then back up", ns))
+	}
+	_, err := c.CoreV1().Secrets(ns).Get(ctx, MoveSecret, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return inputErr(fmt.Errorf("an availability move in namespace %s did not finish (its record is the Secret %s): the databases may be empty or half restored; "+
+			"finish it first (run onprem install again), then back up", ns, MoveSecret))
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("checking for an unfinished availability move (Secret %s/%s): %w", ns, MoveSecret, err)
+	}
+	return nil
 }

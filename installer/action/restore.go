@@ -490,12 +490,14 @@ func unfinishedRestore(st *state.State) bool {
 }
 
 // withoutServices is res without the services (the pipelines and GitOps
-// groups): what must run before the databases are restored.
+// groups) and without the scheduled backup, which must not read the
+// databases before their data is back: what must run before the databases
+// are restored.
 func withoutServices(res *render.Result) *render.Result {
 	cp := *res
 	cp.Components = nil
 	for _, c := range res.Components {
-		if !isService(c) {
+		if !isService(c) && c.Group != release.GroupBackup {
 			cp.Components = append(cp.Components, c)
 		}
 	}

@@ -1,14 +1,20 @@
 package action
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"onprem.dev/onprem/installer/backupfile"
+	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -84,5 +90,53 @@ func TestMergeStateRestoredBackupSucceeded(t *testing.T) {
 	}
 	if bs == nil || bs.Last == nil || bs.Last.ID != "c" || bs.Last.Outcome != state.OutcomeSucceeded {
 		t.Errorf("status's last backup: %+v", bs)
+	}
+}
+
+// Before the data is back only the databases and what they need run: no
+// service writes to them and no scheduled backup reads them (it would
+// store them half restored); the services and the schedule come after.
+func TestWithoutServicesLeavesOutTheScheduledBackup(t *testing.T) {
+	res := &render.Result{Components: []*render.Component{
+		{Name: "ingress", Group: release.GroupIngress},
+		{Name: "postgresql", Group: release.GroupInfrastructure},
+		{Name: render.ProvisionComponent, Group: release.GroupProvisioning},
+		{Name: "pipelines-api", Group: release.GroupPipelines},
+		{Name: "gitops-api", Group: release.GroupGitOps},
+		{Name: render.BackupComponent, Group: release.GroupBackup},
+	}}
+	var got []string
+	for _, c := range withoutServices(res).Components {
+		got = append(got, c.Name)
+	}
+	if want := []string{"ingress", "postgresql", render.ProvisionComponent}; !slices.Equal(got, want) {
+		t.Errorf("withoutServices kept %v, want %v", got, want)
+	}
+	if names := serviceNames(res); !slices.Equal(names, []string{"pipelines-api", "gitops-api"}) {
+		t.Errorf("serviceNames = %v", names)
+	}
+	if len(res.Components) != 6 {
+		t.Error("withoutServices changed the Result it was given")
+	}
+}
+
+// A backup refuses while a restore or an availability move that did not
+// finish has the databases half replaced, and says how to finish it.
+func TestBackupRefusedWhileDatabasesAreReplaced(t *testing.T) {
+	ctx := context.Background()
+	done := &state.State{History: []state.Operation{{Kind: state.KindRestore, Outcome: state.OutcomeSucceeded}, {Kind: state.KindBackup, Outcome: state.OutcomeFailed}}}
+	if err := databasesSettled(ctx, fake.NewClientset(), "onprem", done); err != nil {
+		t.Fatalf("after a finished restore: %v", err)
+	}
+	interrupted := &state.State{History: []state.Operation{{Kind: state.KindRestore, Outcome: state.OutcomeRunning}, {Kind: state.KindBackup, Outcome: state.OutcomeSucceeded}}}
+	err := databasesSettled(ctx, fake.NewClientset(), "onprem", interrupted)
+	var in *InputError
+	if !errors.As(err, &in) || !strings.Contains(err.Error(), "run the same onprem restore again") {
+		t.Errorf("after an interrupted restore: %v", err)
+	}
+	moving := fake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: MoveSecret, Namespace: "onprem"}})
+	err = databasesSettled(ctx, moving, "onprem", done)
+	if !errors.As(err, &in) || !strings.Contains(err.Error(), "run onprem install again") || !strings.Contains(err.Error(), MoveSecret) {
+		t.Errorf("during a move: %v", err)
 	}
 }

@@ -19,13 +19,17 @@ import (
 // finished by the next run, which finds them here.
 const ReplicasAnnotation = "onprem.dev/restore-replicas"
 
-// StopServices scales the Deployments of components to zero, noting their
-// replicas in ReplicasAnnotation (kept from an earlier interrupted run),
-// and waits until their pods are gone: nothing writes to the databases
-// while they are restored.
+// StopServices suspends the scheduled backup (see SuspendAnnotation),
+// scales the Deployments of components to zero, noting their replicas in
+// ReplicasAnnotation (kept from an earlier interrupted run), and waits
+// until their pods are gone: nothing writes to the databases, and no
+// scheduled backup reads them, while they are restored or replaced.
 func StopServices(ctx context.Context, c kubernetes.Interface, ns string, components []string) ([]string, error) {
 	deps, err := deployments(ctx, c, ns, components)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := pauseSchedules(ctx, c, ns); err != nil {
 		return nil, err
 	}
 	var stopped []string
@@ -59,7 +63,8 @@ func StopServices(ctx context.Context, c kubernetes.Interface, ns string, compon
 }
 
 // StartServices gives every Deployment of namespace that StopServices
-// stopped its replicas back, and waits until they are available.
+// stopped its replicas back, resumes the scheduled backup (the data is
+// back), and waits until the services are available.
 func StartServices(ctx context.Context, c kubernetes.Interface, ns string, timeout time.Duration) ([]string, error) {
 	list, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -80,6 +85,9 @@ func StartServices(ctx context.Context, c kubernetes.Interface, ns string, timeo
 			return started, fmt.Errorf("starting deployment %s again: %w", d.Name, err)
 		}
 		started = append(started, d.Name)
+	}
+	if _, err := resumeSchedules(ctx, c, ns); err != nil {
+		return started, err
 	}
 	var waiting []string
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
