@@ -5,7 +5,13 @@ package preflight
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"strings"
 	"testing"
@@ -109,6 +115,49 @@ func TestSignaturesCheck(t *testing.T) {
 		o := connRunCheck(t, withSpec(true, nil), check)
 		connExpect(t, o, Fail, fmt.Sprintf("%d of the %d images", n, n))
 	})
+	// An image the operator signed with their own cosign key (ECDSA P-256,
+	// cosign generate-key-pair's kind), trusted in spec.trust as the PEM
+	// text of cosign.pub: cosign's signature is ECDSA (ASN.1) over the
+	// payload's SHA-256.
+	operatorKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	{
+		img, _ := rel.Image(unsigned)
+		to, _ := images.Relocate(images.Repository(img, platform), host, "mirror")
+		repo, _ := name.NewRepository(to, name.Insecure)
+		d, _ := v1.NewHash(digests[unsigned])
+		payload, err := imagesig.NewPayload(images.Repository(img, platform), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(payload)
+		sig, err := ecdsa.SignASN1(rand.Reader, operatorKey, sum[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := imagesig.Signature{Payload: payload, Annotations: map[string]string{imagesig.AnnotationSignature: base64.StdEncoding.EncodeToString(sig)}}
+		if _, err := imagesig.Attach(ctx, repo, d, []imagesig.Signature{s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	der, err := x509.MarshalPKIXPublicKey(&operatorKey.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cosignPub := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	t.Run("an image signed with the operator's cosign key", func(t *testing.T) {
+		// Not trusted yet: refused like any stranger's.
+		o := connRunCheck(t, withSpec(true, trusted), check)
+		connExpect(t, o, Fail, fmt.Sprintf("2 of the %d images", n), "image "+unsigned+" (")
+		// Trusted: only the stranger's image is left.
+		o = connRunCheck(t, withSpec(true, append(trusted, config.TrustedKey{Name: "platform team", PublicKey: cosignPub})), check)
+		connExpect(t, o, Fail, fmt.Sprintf("1 of the %d images", n), "image "+strangers+" (")
+		if strings.Contains(strings.Join(o.Details, "\n"), "image "+unsigned+" (") {
+			t.Errorf("the image signed with the trusted cosign key is still refused: %s", o.Details)
+		}
+	})
 	vendorSign(unsigned)
 	vendorSign(strangers) // beside the stranger's: one trusted signature is enough
 	t.Run("all signed", func(t *testing.T) {
@@ -116,9 +165,13 @@ func TestSignaturesCheck(t *testing.T) {
 	})
 }
 
-// publicKeyText is the key as spec.trust takes it (the base64 of its 32
-// bytes).
+// publicKeyText is the key as spec.trust takes it: the base64 line of its
+// PEM form.
 func publicKeyText(t *testing.T, k signing.Key) string {
 	t.Helper()
-	return base64.StdEncoding.EncodeToString(k.Public)
+	der, err := x509.MarshalPKIXPublicKey(k.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(der)
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -330,7 +331,7 @@ func TestKeygen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if signing.KeyID(pk) != res.KeyID || !pk.Equal(sk.Public()) {
+	if signing.KeyID(pk) != res.KeyID || !sk.Public().(ed25519.PublicKey).Equal(pk) {
 		t.Error("key pair does not match")
 	}
 	before, _ := os.ReadFile(res.PrivateKey)
@@ -365,7 +366,7 @@ func TestKeygen(t *testing.T) {
 	if k, err := signing.ParsePrivateKey([]byte(b64(seed))); err != nil || !k.Equal(sk) {
 		t.Errorf("seed: %v", err)
 	}
-	if k, err := signing.ParsePublicKey([]byte(b64(pk))); err != nil || !k.Equal(pk) {
+	if k, err := signing.ParsePublicKey([]byte(b64(pk.(ed25519.PublicKey)))); err != nil || !pk.(ed25519.PublicKey).Equal(k) {
 		t.Errorf("raw public: %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 
@@ -73,7 +72,7 @@ func (b *Bundle) CheckTrust(t Trust) (*Provenance, error) {
 		candidates = signing.Keyring{k}
 	}
 	for _, k := range candidates {
-		if ed25519.Verify(k.Public, b.sums, b.sig) {
+		if k.Verify(b.sums, b.sig) {
 			if err := b.checkImageSignatures(k); err != nil {
 				return nil, err
 			}

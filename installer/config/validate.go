@@ -343,7 +343,7 @@ func (v *validator) trust(s *Spec) {
 		}
 		pk, err := signing.ParsePublicKey([]byte(k.PublicKey))
 		if err != nil {
-			v.c.add(p+".publicKey", "give the PEM text of bundle.pub ('onprem bundle keygen'), the line between its BEGIN and END lines, or the base64 of the key's 32 bytes", "%v", err)
+			v.c.add(p+".publicKey", "give the PEM text of bundle.pub ('onprem bundle keygen') or of cosign.pub ('cosign generate-key-pair', ECDSA P-256), the line between its BEGIN and END lines, or the base64 of an ed25519 key's 32 bytes", "%v", err)
 			continue
 		}
 		id := signing.KeyID(pk)

@@ -157,7 +157,7 @@ func TestValidateRules(t *testing.T) {
 		}, []string{
 			`spec.trust[1].name: required: say whose key it is (e.g. platform team)`,
 			`spec.trust[1].publicKey: the same key as spec.trust[0] (sha256:c651e1e2349070e1); remove one of them`,
-			`spec.trust[2].publicKey: public key: neither PEM nor base64; give the PEM text of bundle.pub ('onprem bundle keygen'), the line between its BEGIN and END lines, or the base64 of the key's 32 bytes`,
+			`spec.trust[2].publicKey: public key: neither PEM nor base64; give the PEM text of bundle.pub ('onprem bundle keygen') or of cosign.pub ('cosign generate-key-pair', ECDSA P-256), the line between its BEGIN and END lines, or the base64 of an ed25519 key's 32 bytes`,
 			`spec.trust[3].publicKey: required: the PEM text of bundle.pub ('onprem bundle keygen')`}},
 		{"tls mode typo", func(in *Installation) { in.Spec.TLS.Mode = "selfsigned" }, []string{
 			`spec.tls.mode: "selfsigned" is not valid (valid: selfSigned, secret); did you mean "selfSigned"?`}},

@@ -12,7 +12,8 @@
 //
 // onprem signs with its ed25519 keys (installer/signing): the signature is
 // ed25519 over the payload's bytes, which cosign verifies with the public
-// key's PEM file.
+// key's PEM file. It verifies those and cosign's own ECDSA P-256 ones
+// (over the payload's SHA-256), for images an operator signs with cosign.
 package imagesig
 
 import (
@@ -129,10 +130,10 @@ func Sign(key ed25519.PrivateKey, repo string, d v1.Hash) (Signature, error) {
 // VerifyWith says whether key made the signature over its payload.
 func (s Signature) VerifyWith(key signing.Key) bool {
 	raw, err := base64.StdEncoding.DecodeString(s.Value())
-	if err != nil || len(key.Public) != ed25519.PublicKeySize {
+	if err != nil {
 		return false
 	}
-	return ed25519.Verify(key.Public, s.Payload, raw)
+	return key.Verify(s.Payload, raw)
 }
 
 // Verified is a signature that a trusted key verified.

@@ -1,7 +1,7 @@
 package signing
 
 import (
-	"crypto/ed25519"
+	"crypto"
 	"fmt"
 	"strings"
 )
@@ -13,9 +13,13 @@ type Key struct {
 	// Origin says where the trust comes from: "release 2.8.0",
 	// "spec.trust[0]", "--public-key keys/bundle.pub".
 	Origin string `json:"origin"`
-	// Public is the key.
-	Public ed25519.PublicKey `json:"-"`
+	// Public is the key: an ed25519.PublicKey or an *ecdsa.PublicKey on
+	// P-256 (see ParsePublicKey).
+	Public crypto.PublicKey `json:"-"`
 }
+
+// Verify says whether sig is the key's signature of message (see Verify).
+func (k Key) Verify(message, sig []byte) bool { return Verify(k.Public, message, sig) }
 
 // ID is the key's id (see KeyID).
 func (k Key) ID() string { return KeyID(k.Public) }

@@ -35,7 +35,7 @@ func TestParsePublicKeyForms(t *testing.T) {
 		"raw bytes": base64.StdEncoding.EncodeToString(pk),
 	} {
 		got, err := ParsePublicKey([]byte(text))
-		if err != nil || !got.Equal(pk) {
+		if err != nil || !pk.Equal(got) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

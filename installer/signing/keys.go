@@ -2,7 +2,10 @@ package signing
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
@@ -18,7 +21,7 @@ import (
 // KeyID is a short, stable name of a public key: "sha256:" and the first
 // 16 hex digits of the SHA-256 of its PKIX encoding. It is recorded in
 // bundle.json so that a wrong key can be named.
-func KeyID(pub ed25519.PublicKey) string {
+func KeyID(pub crypto.PublicKey) string {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
 		return ""
@@ -83,23 +86,22 @@ func ParsePrivateKey(data []byte) (ed25519.PrivateKey, error) {
 	return nil, fmt.Errorf("private key: %d bytes, want %d (seed) or %d", len(raw), ed25519.SeedSize, ed25519.PrivateKeySize)
 }
 
-// ParsePublicKey reads an ed25519 public key: PKIX PEM ("PUBLIC KEY"), the
-// base64 line between its markers (one line, handy in YAML), or base64 of
-// the 32 raw bytes.
-func ParsePublicKey(data []byte) (ed25519.PublicKey, error) {
+// ParsePublicKey reads a public key: ed25519 (what 'onprem bundle keygen'
+// makes) or ECDSA P-256 (what 'cosign generate-key-pair' makes, for
+// images an operator signs with cosign), as PKIX PEM ("PUBLIC KEY"), the
+// base64 line between its markers (one line, handy in YAML), or, for
+// ed25519, base64 of the 32 raw bytes. The key is an ed25519.PublicKey or
+// an *ecdsa.PublicKey.
+func ParsePublicKey(data []byte) (crypto.PublicKey, error) {
 	if block, _ := pem.Decode(data); block != nil {
 		if block.Type != "PUBLIC KEY" {
-			return nil, fmt.Errorf("PEM block %q: want PUBLIC KEY (ed25519)", block.Type)
+			return nil, fmt.Errorf("PEM block %q: want PUBLIC KEY (ed25519, or ECDSA P-256 as cosign makes)", block.Type)
 		}
 		k, err := x509.ParsePKIXPublicKey(block.Bytes)
 		if err != nil {
 			return nil, fmt.Errorf("public key: %w", err)
 		}
-		pk, ok := k.(ed25519.PublicKey)
-		if !ok {
-			return nil, fmt.Errorf("public key is a %T, not ed25519", k)
-		}
-		return pk, nil
+		return supported(k)
 	}
 	raw, err := base64.StdEncoding.DecodeString(string(bytes.TrimSpace(data)))
 	if err != nil {
@@ -110,13 +112,36 @@ func ParsePublicKey(data []byte) (ed25519.PublicKey, error) {
 	}
 	// The line between the PEM markers: the PKIX encoding in base64.
 	if k, err := x509.ParsePKIXPublicKey(raw); err == nil {
-		pk, ok := k.(ed25519.PublicKey)
-		if !ok {
-			return nil, fmt.Errorf("public key is a %T, not ed25519", k)
+		return supported(k)
+	}
+	return nil, fmt.Errorf("public key: %d bytes, want %d (or the base64 line of a PEM public key)", len(raw), ed25519.PublicKeySize)
+}
+
+// supported returns k when it is a kind of key onprem verifies with.
+func supported(k any) (crypto.PublicKey, error) {
+	switch pk := k.(type) {
+	case ed25519.PublicKey:
+		return pk, nil
+	case *ecdsa.PublicKey:
+		if pk.Curve != elliptic.P256() {
+			return nil, fmt.Errorf("public key is ECDSA on %s: onprem verifies ECDSA on P-256 only (cosign's default)", pk.Curve.Params().Name)
 		}
 		return pk, nil
 	}
-	return nil, fmt.Errorf("public key: %d bytes, want %d (or the base64 line of a PEM public key)", len(raw), ed25519.PublicKeySize)
+	return nil, fmt.Errorf("public key is a %T: onprem verifies ed25519 and ECDSA P-256 keys", k)
+}
+
+// Verify says whether sig is pub's signature of message: ed25519 over the
+// message itself; ECDSA (ASN.1 DER) over its SHA-256, as cosign signs.
+func Verify(pub crypto.PublicKey, message, sig []byte) bool {
+	switch pk := pub.(type) {
+	case ed25519.PublicKey:
+		return len(pk) == ed25519.PublicKeySize && ed25519.Verify(pk, message, sig)
+	case *ecdsa.PublicKey:
+		sum := sha256.Sum256(message)
+		return ecdsa.VerifyASN1(pk, sum[:], sig)
+	}
+	return false
 }
 
 // LoadPrivateKey reads a private key file (see ParsePrivateKey).
@@ -133,7 +158,7 @@ func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
 }
 
 // LoadPublicKey reads a public key file (see ParsePublicKey).
-func LoadPublicKey(path string) (ed25519.PublicKey, error) {
+func LoadPublicKey(path string) (crypto.PublicKey, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading public key: %w", err)
