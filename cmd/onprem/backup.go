@@ -159,14 +159,7 @@ with it every one can. Existing files are never overwritten.`,
 		Example: `  onprem backup keygen --out ~/.onprem/backup-keys`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+			return runAndWrite(cmd, format, a.Run, func(w io.Writer, res *backupfile.KeygenResult) {
 				fmt.Fprintf(w, "private key: %s (keep it safe: it reads every backup made for it)\n", res.IdentityFile)
 				fmt.Fprintf(w, "public key:  %s\n%s\n", res.RecipientFile, res.Recipient)
 			})
@@ -207,18 +200,14 @@ destination), 3 cluster unreachable.`,
   ONPREM_BACKUP_PASSPHRASE=... onprem backup create --to ./backups --include-redis`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			if err := readPassphrase(&a.Keys, passFile); err != nil {
 				return err
 			}
 			a.Progress = backupProgress(cmd.ErrOrStderr())
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+			return runAndWrite(cmd, format, a.Run, func(w io.Writer, res *action.BackupCreateResult) {
 				m := res.Manifest
 				fmt.Fprintf(w, "backup %s written to %s: %s, platform %s, %d databases, in %s\n",
 					res.Name, res.Where, size(res.Size), m.Version, len(m.Databases()), round(res.Elapsed))
@@ -255,14 +244,7 @@ and temporary files are never listed. The backups are encrypted: use
   onprem backup list --from s3://backups/onprem --s3-endpoint https://minio.example.com:9000 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+			return runAndWrite(cmd, format, a.Run, func(w io.Writer, res *action.BackupListResult) {
 				if len(res.Backups) == 0 {
 					fmt.Fprintf(w, "no backup at %s\n", res.Where)
 					return
@@ -305,18 +287,14 @@ format), 1 could not be read.`,
       --s3-endpoint https://minio.example.com:9000 --identity backup.key -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			if err := readPassphrase(&a.Keys, passFile); err != nil {
 				return err
 			}
 			a.Backup = args[0]
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printInspect(w, res) })
+			return runAndWrite(cmd, format, a.Run, printInspect)
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)

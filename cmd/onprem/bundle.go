@@ -161,8 +161,8 @@ verify' for that.`,
   onprem bundle inspect platform-2.8.0.bundle -o json | jq -r '.images[].reference'`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			a.Path = args[0]
 			in, err := a.Run(cmd.Context())
@@ -199,16 +199,12 @@ signature does not verify (changed after signing) is refused with exit code
 		Example: `  onprem bundle verify platform-2.8.0.bundle --public-key bundle.pub`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			a.Path = args[0]
 			a.Progress = progressTo(cmd)
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+			return runAndWrite(cmd, format, a.Run, func(w io.Writer, res *bundle.VerifyResult) {
 				sig := "signature verified: " + res.TrustedBy
 				if !res.SignatureVerified {
 					sig = "NOT VERIFIED, accepted with --allow-unsigned: " + res.Unverified
@@ -253,8 +249,8 @@ config. Progress goes to stderr; the summary to stdout.`,
   onprem bundle push platform.bundle --registry registry.internal/onprem --docker-config regcred.yaml -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			a.Path = args[0]
 			a.Progress = progressTo(cmd)

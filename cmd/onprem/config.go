@@ -68,8 +68,8 @@ is printed on stdout.`,
   ONPREM_PROFILE=large onprem config validate -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			l, err := a.Run(cmd.Context())
 			if err != nil {

@@ -31,14 +31,7 @@ Exit code 0 whether or not there are differences; -o json for scripts.`,
   onprem diff -c onprem.yaml --set pipelines-api.replicas=3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+			return runAndWrite(cmd, format, a.Run, func(w io.Writer, res *action.DiffResult) {
 				for _, m := range res.Moves {
 					fmt.Fprintf(w, "# install will move %s: the services stop, the data is backed up, the database made again and its data restored (docs/availability.md)\n", m)
 				}

@@ -82,20 +82,15 @@ unreachable or access refused.`,
   onprem install -c onprem.yaml --context prod -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			a.Preflight = printPreflightSummary(cmd.ErrOrStderr())
 			rep, stop := progress(cmd.ErrOrStderr())
 			a.Reporter = rep
 			res, err := a.Run(cmd.Context())
 			stop()
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printInstall(w, res) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return writeAnyway(cmd, format, res, err, func(w io.Writer) { printInstall(w, res) })
 		},
 	}
 	addSourceFlags(cmd, &a.Source)

@@ -84,8 +84,8 @@ made), 3 the new cluster did not answer.`,
   onprem local up -o json | jq -r .url`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("platform-version") {
 				a.Overrides.Version = &version
@@ -171,15 +171,8 @@ Running it again is harmless: it reports the cluster "(already gone)".`,
   onprem local down --name try-upgrade`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
 			a.Log = localLogger(cmd)
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+			return runAndWrite(cmd, format, a.Run, func(w io.Writer, res *local.DownResult) {
 				if res.Deleted {
 					fmt.Fprintf(w, "cluster %s deleted\n", res.Cluster)
 				} else {

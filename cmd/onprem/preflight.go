@@ -36,8 +36,8 @@ Exit code 0 when nothing fails (warnings allowed), 1 when a check fails.`,
   onprem preflight -c onprem.yaml -o json --skip-check clock.skew`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			if list {
 				checks := a.Checks()

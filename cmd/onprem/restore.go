@@ -66,8 +66,8 @@ above; nothing changed), 3 cluster unreachable.`,
   onprem restore --from ./backups/onprem-20261124T020000Z.onprem-backup --identity backup.key --force`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			if err := readPassphrase(&a.Keys, passFile); err != nil {
 				return err
@@ -90,12 +90,7 @@ above; nothing changed), 3 cluster unreachable.`,
 			a.Reporter = rep
 			res, err := a.Run(cmd.Context())
 			stop()
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRestore(w, res, err == nil) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return writeAnyway(cmd, format, res, err, func(w io.Writer) { printRestore(w, res, err == nil) })
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)

@@ -48,14 +48,7 @@ changes them when you decide to: a leak, an auditor's policy, an expiry.
 			if !list {
 				return inputError{fmt.Errorf("say what to do: 'onprem rotate --list', or a kind to rotate: 'onprem rotate certificates' (see --help)")}
 			}
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRotateList(w, res) })
+			return runAndWrite(cmd, format, a.Run, printRotateList)
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)
@@ -127,8 +120,8 @@ changed), 3 when the cluster cannot be reached.`,
   onprem rotate certificates --retire-ca`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			switch {
 			case newCA && retire:
@@ -140,11 +133,7 @@ changed), 3 when the cluster cannot be reached.`,
 			default:
 				a.Mode = rotate.Renew
 			}
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRotateCertificates(w, res) })
+			return runAndWrite(cmd, format, a.Run, printRotateCertificates)
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)
@@ -261,8 +250,8 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
   onprem rotate credentials --component audit-manager -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			switch {
 			case all && (len(a.Engines) > 0 || len(a.Components) > 0 || a.Admin):
@@ -281,11 +270,7 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 			}
 			w := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(w, line) }
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRotateCredentials(w, res) })
+			return runAndWrite(cmd, format, a.Run, printRotateCredentials)
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)
@@ -378,16 +363,12 @@ it again).`,
   onprem rotate keys --retire`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			w := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(w, line) }
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printRotateKeys(w, res) })
+			return runAndWrite(cmd, format, a.Run, printRotateKeys)
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)

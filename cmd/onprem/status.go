@@ -127,14 +127,7 @@ Reads the cluster only; works from any machine with access.`,
   onprem status --namespace ci-platform -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
-			}
-			res, err := a.Run(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
+			return runAndWrite(cmd, format, a.Run, func(w io.Writer, res *action.StatusResult) {
 				if !res.Installed {
 					fmt.Fprintf(w, "nothing installed in namespace %s\n", res.Namespace)
 					return

@@ -80,8 +80,8 @@ reached.`,
   onprem support-bundle analyze onprem-support-20261125-101500.tar.gz`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			a.Progress = collectProgress(cmd.ErrOrStderr())
 			res, rep, err := a.Run(cmd.Context())
@@ -151,17 +151,12 @@ file is not a support bundle.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			a.File = args[0]
 			rep, err := a.Run(cmd.Context())
-			if rep != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, rep, func(w io.Writer) { printReport(w, rep) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return writeAnyway(cmd, format, rep, err, func(w io.Writer) { printReport(w, rep) })
 		},
 	}
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
@@ -189,19 +184,14 @@ cluster cannot be reached.`,
   onprem doctor --namespace ci-platform -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			if format == output.Table {
 				a.Progress = collectProgress(cmd.ErrOrStderr())
 			}
 			rep, err := a.Run(cmd.Context())
-			if rep != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, rep, func(w io.Writer) { printReport(w, rep) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return writeAnyway(cmd, format, rep, err, func(w io.Writer) { printReport(w, rep) })
 		},
 	}
 	addCollectFlags(cmd, &a.Collect)

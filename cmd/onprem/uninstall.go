@@ -31,8 +31,8 @@ a terminal, or needs --yes.`,
   onprem uninstall --purge --yes --namespace ci-platform`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			a.Confirmed = yes
 			if a.Purge && !yes {
@@ -42,20 +42,15 @@ a terminal, or needs --yes.`,
 			a.Reporter = rep
 			res, err := a.Run(cmd.Context())
 			stop()
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
-					fmt.Fprintf(w, "removed %d components from namespace %s\n", len(res.Removed), res.Namespace)
-					for _, k := range res.Kept {
-						fmt.Fprintf(w, "kept: %s\n", k)
-					}
-					if res.Purged {
-						fmt.Fprintln(w, "purged: volumes, generated secrets, state and namespace deleted")
-					}
-				}); werr != nil {
-					return werr
+			return writeAnyway(cmd, format, res, err, func(w io.Writer) {
+				fmt.Fprintf(w, "removed %d components from namespace %s\n", len(res.Removed), res.Namespace)
+				for _, k := range res.Kept {
+					fmt.Fprintf(w, "kept: %s\n", k)
 				}
-			}
-			return err
+				if res.Purged {
+					fmt.Fprintln(w, "purged: volumes, generated secrets, state and namespace deleted")
+				}
+			})
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)

@@ -66,16 +66,11 @@ lists the versions reachable), 3 cluster unreachable.`,
   onprem upgrade plan -c onprem.yaml --server-dry-run -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			res, err := a.Run(cmd.Context())
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printPlan(w, res, showDiff) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return writeAnyway(cmd, format, res, err, func(w io.Writer) { printPlan(w, res, showDiff) })
 		},
 	}
 	addUpgradeTargetFlags(cmd, &a.UpgradeTarget)
@@ -230,8 +225,8 @@ unreachable.`,
   onprem upgrade apply -c onprem.yaml --to 2.8.0 --bundle platform-2.7.0.bundle --bundle platform-2.8.0.bundle`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			stderr := cmd.ErrOrStderr()
 			a.Preflight = printPreflightSummary(stderr)
@@ -239,12 +234,7 @@ unreachable.`,
 			a.Progress = func(line string) { fmt.Fprintln(stderr, line) }
 			a.BackupProgress = backupProgress(stderr)
 			res, err := a.Run(cmd.Context())
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { printUpgrade(w, res) }); werr != nil {
-					return werr
-				}
-			}
-			return err
+			return writeAnyway(cmd, format, res, err, func(w io.Writer) { printUpgrade(w, res) })
 		},
 	}
 	addUpgradeTargetFlags(cmd, &a.UpgradeTarget)
@@ -313,29 +303,24 @@ badly after it was installed.`,
   onprem rollback --namespace onprem -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			stderr := cmd.ErrOrStderr()
 			a.Progress = func(line string) { fmt.Fprintln(stderr, line) }
 			res, err := a.Run(cmd.Context())
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
-					fmt.Fprintf(w, "rolled back %s → %s in namespace %s\n", res.From, res.To, res.Namespace)
-					if len(res.RolledBack) > 0 {
-						fmt.Fprintf(w, "  components returned to their earlier revision: %s\n", strings.Join(res.RolledBack, ", "))
-					}
-					if len(res.Kept) > 0 {
-						fmt.Fprintf(w, "  left in place (new in %s): %s\n", res.From, strings.Join(res.Kept, ", "))
-					}
-					for _, b := range res.Backups {
-						fmt.Fprintf(w, "  data from before the step: %s %s backup at %s:%s\n", b.Service, b.Engine, b.Claim, b.Path)
-					}
-				}); werr != nil {
-					return werr
+			return writeAnyway(cmd, format, res, err, func(w io.Writer) {
+				fmt.Fprintf(w, "rolled back %s → %s in namespace %s\n", res.From, res.To, res.Namespace)
+				if len(res.RolledBack) > 0 {
+					fmt.Fprintf(w, "  components returned to their earlier revision: %s\n", strings.Join(res.RolledBack, ", "))
 				}
-			}
-			return err
+				if len(res.Kept) > 0 {
+					fmt.Fprintf(w, "  left in place (new in %s): %s\n", res.From, strings.Join(res.Kept, ", "))
+				}
+				for _, b := range res.Backups {
+					fmt.Fprintf(w, "  data from before the step: %s %s backup at %s:%s\n", b.Service, b.Engine, b.Claim, b.Path)
+				}
+			})
 		},
 	}
 	addClusterFlags(cmd, &a.Cluster)
@@ -371,27 +356,22 @@ cluster unreachable.`,
   onprem adopt -c onprem.yaml && onprem upgrade plan -c onprem.yaml --to 2.8.0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			res, err := a.Run(cmd.Context())
-			if res != nil {
-				if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) {
-					tw := output.NewTable(w)
-					fmt.Fprintln(tw, "COMPONENT\tCHART\tREVISION")
-					for _, c := range res.Components {
-						fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Name, c.Chart, c.Revision)
-					}
-					tw.Flush()
-					fmt.Fprintf(w, "adopted platform %s in namespace %s: %d releases recorded, nothing changed\n", res.Version, res.Namespace, len(res.Components))
-					if len(res.Pending) > 0 {
-						fmt.Fprintf(w, "the next install or upgrade also installs: %s\n", strings.Join(res.Pending, ", "))
-					}
-				}); werr != nil {
-					return werr
+			return writeAnyway(cmd, format, res, err, func(w io.Writer) {
+				tw := output.NewTable(w)
+				fmt.Fprintln(tw, "COMPONENT\tCHART\tREVISION")
+				for _, c := range res.Components {
+					fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Name, c.Chart, c.Revision)
 				}
-			}
-			return err
+				tw.Flush()
+				fmt.Fprintf(w, "adopted platform %s in namespace %s: %d releases recorded, nothing changed\n", res.Version, res.Namespace, len(res.Components))
+				if len(res.Pending) > 0 {
+					fmt.Fprintf(w, "the next install or upgrade also installs: %s\n", strings.Join(res.Pending, ", "))
+				}
+			})
 		},
 	}
 	addSourceFlags(cmd, &a.Source)

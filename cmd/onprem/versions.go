@@ -21,8 +21,8 @@ versions each supports, the versions it may be upgraded from, whether it is
 a required stop on an upgrade path, and its migrations.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-				return inputError{err}
+			if err := checkFormat(format); err != nil {
+				return err
 			}
 			infos, err := a.Run()
 			if err != nil {
