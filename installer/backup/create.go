@@ -31,6 +31,7 @@ import (
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
+	"onprem.dev/onprem/internal/counting"
 )
 
 // Phases of Progress events.
@@ -130,7 +131,7 @@ func Create(ctx context.Context, o CreateOptions) (res *Result, err error) {
 			up.Abort()
 		}
 	}()
-	cw := &countingWriter{w: up}
+	cw := &counting.Writer{W: up}
 	w, err := backupfile.NewWriter(cw, o.Recipients, hdr)
 	if err != nil {
 		return nil, err
@@ -231,7 +232,7 @@ func Create(ctx context.Context, o CreateOptions) (res *Result, err error) {
 		return nil, err
 	}
 	committed = true
-	return &Result{Name: name, Where: o.Store.String(), Size: cw.n, Manifest: m, Elapsed: time.Since(start)}, nil
+	return &Result{Name: name, Where: o.Store.String(), Size: cw.N, Manifest: m, Elapsed: time.Since(start)}, nil
 }
 
 // stream runs cmd in target and writes its output as entry e.
@@ -266,17 +267,6 @@ func stream(ctx context.Context, ex podexec.Executor, w *backupfile.Writer, targ
 	}
 	progress(Progress{Item: item, Phase: PhaseDone, Bytes: got.Size, Elapsed: time.Since(t0)})
 	return nil
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // Databases lists the platform's databases by engine (sorted), as a backup

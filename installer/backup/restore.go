@@ -24,6 +24,7 @@ import (
 	"onprem.dev/onprem/installer/dbdump"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/internal/counting"
 )
 
 // Opened is a backup read whole and verified (every entry against the
@@ -426,7 +427,7 @@ func (o *Opened) restoreEngine(ctx context.Context, d DataOptions, engine string
 		}
 		t0 := time.Now()
 		progress(Progress{Item: item, Phase: PhaseStarted, Bytes: e.Size})
-		cr := &countingReader{r: content}
+		cr := &counting.Reader{R: content}
 		if err := d.Exec.Exec(ctx, target, cmds[0], cr, io.Discard); err != nil {
 			if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 				return cause // another engine failed first
@@ -459,7 +460,7 @@ func (o *Opened) restoreEngine(ctx context.Context, d DataOptions, engine string
 				return fmt.Errorf("restoring %s: %w", item, err)
 			}
 		}
-		progress(Progress{Item: item, Phase: PhaseDone, Bytes: cr.n, Elapsed: time.Since(t0)})
+		progress(Progress{Item: item, Phase: PhaseDone, Bytes: cr.N, Elapsed: time.Since(t0)})
 	}
 }
 
@@ -511,17 +512,6 @@ func restarts(ctx context.Context, c kubernetes.Interface, t podexec.Target) int
 		}
 	}
 	return 0
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // Engines returns the engines whose dumps the backup holds.

@@ -20,6 +20,7 @@ import (
 
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/images"
+	"onprem.dev/onprem/internal/counting"
 )
 
 // Benchmark images: the newest release's 22 images, all on one 16 MiB base
@@ -29,11 +30,6 @@ const (
 	benchBase = 16 << 20
 	benchOwn  = 1 << 20
 )
-
-// countWriter counts what is written to it.
-type countWriter struct{ n int64 }
-
-func (w *countWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
 
 // BenchmarkBundleSize compares the bundle's size with the distinct layers
 // it holds (the ideal) and with one docker-save archive per image (what
@@ -48,11 +44,11 @@ func BenchmarkBundleSize(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var cw countWriter
+		cw := counting.Writer{W: io.Discard}
 		if err := tarball.Write(tag, img, &cw); err != nil {
 			b.Fatal(err)
 		}
-		archives += cw.n
+		archives += cw.N
 		ls, _ := img.Layers()
 		for _, l := range ls {
 			d, _ := l.Digest()
@@ -94,7 +90,7 @@ func zstdSize(b *testing.B, p string) int64 {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	var cw countWriter
+	cw := counting.Writer{W: io.Discard}
 	enc, err := zstd.NewWriter(&cw, zstd.WithEncoderLevel(zstd.SpeedDefault))
 	if err != nil {
 		b.Fatal(err)
@@ -105,7 +101,7 @@ func zstdSize(b *testing.B, p string) int64 {
 	if err := enc.Close(); err != nil {
 		b.Fatal(err)
 	}
-	return cw.n
+	return cw.N
 }
 
 // loopbackRegistry starts an in-memory registry that is stopped (and its

@@ -12,6 +12,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"onprem.dev/onprem/internal/counting"
 )
 
 // tarOut writes a bundle's tar entries and records the SHA-256 of each for
@@ -19,7 +21,7 @@ import (
 type tarOut struct {
 	ctx   context.Context
 	tw    *tar.Writer
-	cw    *countingWriter
+	cw    *counting.Writer
 	mtime time.Time
 	sums  map[string]string
 	buf   []byte
@@ -29,20 +31,8 @@ type tarOut struct {
 }
 
 func newTarOut(ctx context.Context, w io.Writer, mtime time.Time) *tarOut {
-	cw := &countingWriter{w: w}
+	cw := &counting.Writer{W: w}
 	return &tarOut{ctx: ctx, tw: tar.NewWriter(cw), cw: cw, mtime: mtime, sums: map[string]string{}, buf: make([]byte, 1<<20)}
-}
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // file writes an entry of exactly size bytes read from r and returns the
@@ -64,7 +54,7 @@ func (t *tarOut) copyFile(name string, size int64, r io.Reader, m *meter) (strin
 		return "", fmt.Errorf("writing %s: %w", name, err)
 	}
 	// tar.Writer writes the header at once: the content starts here.
-	t.dataStart = t.cw.n
+	t.dataStart = t.cw.N
 	h := sha256.New()
 	src := &meterReader{ctx: t.ctx, r: r, m: m}
 	n, err := io.CopyBuffer(io.MultiWriter(t.tw, h), io.LimitReader(src, size), t.buf)
