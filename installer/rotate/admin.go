@@ -190,6 +190,13 @@ func (p PodLogins) AdminFileHolds(ctx context.Context, engine, key string, passw
 		return false, fmt.Errorf("onprem does not change %s's admin", engine)
 	}
 	err := p.run(ctx, engine, slices.Concat(adminFileHolds(dir), []string{"sh", key}), strings.NewReader(string(password)+"\n"), password)
+	return fileHolds(err, ErrNoAdminFile)
+}
+
+// fileHolds reads the answer of a script that checks a password file: exit
+// 0 it holds the password, 3 it holds another, 4 there is no file
+// (noFile); any other failure is returned.
+func fileHolds(err, noFile error) (bool, error) {
 	var ee *podexec.ExitError
 	switch {
 	case err == nil:
@@ -197,7 +204,7 @@ func (p PodLogins) AdminFileHolds(ctx context.Context, engine, key string, passw
 	case errors.As(err, &ee) && ee.Code == 3:
 		return false, nil
 	case errors.As(err, &ee) && ee.Code == 4:
-		return false, ErrNoAdminFile
+		return false, noFile
 	}
 	return false, err
 }

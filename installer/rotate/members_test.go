@@ -3,6 +3,7 @@ package rotate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -73,5 +74,29 @@ func TestRedisPasswordsReachEveryMember(t *testing.T) {
 	var ee *podexec.ExitError
 	if !errors.As(err, &ee) || !strings.Contains(err.Error(), "in pod redis-2") || strings.Contains(err.Error(), "new\n") {
 		t.Errorf("KeepOnly failing on redis-2: %v", err)
+	}
+}
+
+// The password-file scripts answer by exit code: 0 the file holds the
+// password, 3 another one, 4 there is no file; anything else is a failure.
+func TestFileHoldsReadsTheExitCode(t *testing.T) {
+	noFile := errors.New("no file")
+	for _, tc := range []struct {
+		err     error
+		holds   bool
+		wantErr error
+	}{
+		{nil, true, nil},
+		{fmt.Errorf("in pod redis-0: %w", &podexec.ExitError{Code: 3}), false, nil},
+		{&podexec.ExitError{Code: 4}, false, noFile},
+	} {
+		holds, err := fileHolds(tc.err, noFile)
+		if holds != tc.holds || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+			t.Errorf("%v: %v, %v; want %v, %v", tc.err, holds, err, tc.holds, tc.wantErr)
+		}
+	}
+	other := &podexec.ExitError{Code: 1}
+	if holds, err := fileHolds(other, noFile); holds || !errors.Is(err, other) {
+		t.Errorf("exit 1: %v, %v; want the failure", holds, err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/credentials"
-	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/secrets"
 )
 
@@ -185,16 +184,7 @@ func (p PodLogins) AddPassword(ctx context.Context, current, next []byte) error 
 // FileHolds implements RedisPasswords.
 func (p PodLogins) FileHolds(ctx context.Context, password []byte) (bool, error) {
 	err := p.runEach(ctx, Redis, redisFileHolds, string(password)+"\n", password)
-	var ee *podexec.ExitError
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.As(err, &ee) && ee.Code == 3:
-		return false, nil
-	case errors.As(err, &ee) && ee.Code == 4:
-		return false, ErrNoPasswordFile
-	}
-	return false, err
+	return fileHolds(err, ErrNoPasswordFile)
 }
 
 // KeepOnly implements RedisPasswords.
