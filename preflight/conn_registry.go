@@ -2,7 +2,6 @@ package preflight
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -24,6 +22,7 @@ import (
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/imagesig"
 	"onprem.dev/onprem/installer/release"
+	"onprem.dev/onprem/internal/bounded"
 )
 
 const (
@@ -110,42 +109,32 @@ func runRegistryCheck(ctx context.Context, env *Env) Outcome {
 		err     error
 	}
 	results := make([]result, len(needed))
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, registryConcurrency)
-	for i, img := range needed {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				results[i].err = ctx.Err()
+	interrupted := bounded.Each(ctx, len(needed), registryConcurrency, func(i int) {
+		img := needed[i]
+		refs := []name.Reference{img.tag}
+		what := []string{"tag " + img.tag.Identifier()}
+		if img.dig != nil {
+			refs = append(refs, img.dig)
+			what = append(what, "digest "+img.dig.Identifier())
+		}
+		for j, ref := range refs {
+			_, err := remote.Head(ref, opts...)
+			switch {
+			case err == nil:
+			case isNotFound(err):
+				results[i].missing = append(results[i].missing, what[j])
+			case isUnauthorized(err):
+				results[i].authErr = err
+				return
+			default:
+				results[i].err = err
 				return
 			}
-			defer func() { <-slots }()
-			refs := []name.Reference{img.tag}
-			what := []string{"tag " + img.tag.Identifier()}
-			if img.dig != nil {
-				refs = append(refs, img.dig)
-				what = append(what, "digest "+img.dig.Identifier())
-			}
-			for j, ref := range refs {
-				_, err := remote.Head(ref, opts...)
-				switch {
-				case err == nil:
-				case isNotFound(err):
-					results[i].missing = append(results[i].missing, what[j])
-				case isUnauthorized(err):
-					results[i].authErr = err
-					return
-				default:
-					results[i].err = err
-					return
-				}
-			}
-		}()
+		}
+	})
+	if interrupted != nil {
+		return connFail(fmt.Sprintf("the check was interrupted: %v", interrupted), "run preflight again")
 	}
-	wg.Wait()
 
 	var missing, unchecked []string
 	var authErr error
@@ -267,14 +256,8 @@ func relocatedImage(img release.Image, platform, host, prefix string, opts []nam
 // registryTransport is the default transport; with insecure, certificates
 // are not verified (the registry may also speak plain HTTP).
 func registryTransport(insecure bool) http.RoundTripper {
-	t := remote.DefaultTransport.(*http.Transport).Clone()
+	t := images.Transport(insecure)
 	t.ResponseHeaderTimeout = 15 * time.Second
-	if insecure {
-		if t.TLSClientConfig == nil {
-			t.TLSClientConfig = &tls.Config{}
-		}
-		t.TLSClientConfig.InsecureSkipVerify = true //nolint:gosec // spec.registry.insecure asks for it
-	}
 	return t
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -15,6 +14,7 @@ import (
 
 	"onprem.dev/onprem/installer/imagesig"
 	"onprem.dev/onprem/installer/signing"
+	"onprem.dev/onprem/internal/bounded"
 )
 
 // signaturesCheck checks, with spec.registry.requireSignatures, that every
@@ -95,7 +95,7 @@ func runSignaturesCheck(ctx context.Context, env *Env) Outcome {
 		err     error  // why it could not be checked
 	}
 	results := make([]result, len(needed))
-	eachBounded(ctx, len(needed), registryConcurrency, func(i int) {
+	interrupted := bounded.Each(ctx, len(needed), registryConcurrency, func(i int) {
 		img := needed[i]
 		d, err := imageDigest(img, opts)
 		if err != nil {
@@ -125,7 +125,7 @@ func runSignaturesCheck(ctx context.Context, env *Env) Outcome {
 		}
 	})
 
-	if err := ctx.Err(); err != nil {
+	if err := errors.Join(interrupted, ctx.Err()); err != nil {
 		return connFail(fmt.Sprintf("the check was interrupted: %v", err), "run preflight again")
 	}
 	var refused, unchecked []string
@@ -149,7 +149,7 @@ func runSignaturesCheck(ctx context.Context, env *Env) Outcome {
 	if len(refused) > 0 {
 		return Outcome{Result: Fail,
 			Message: fmt.Sprintf("%d of the %d images have no valid signature by a trusted key in %s: %s", len(refused), len(needed), reg.Host, listSome(refused, 3)),
-			Remediation: fmt.Sprintf("push them from a signed bundle ('onprem bundle push' attaches the bundle's image signatures); or sign each one yourself with an ed25519 key whose public key is in spec.trust (for example 'cosign sign --key KEY %s/...@DIGEST'; onprem does not accept ECDSA keys yet, see docs/air-gapped.md#image-signatures); or turn the check off with spec.registry.requireSignatures: false. Keys trusted now: %s",
+			Remediation: fmt.Sprintf("push them from a signed bundle ('onprem bundle push' attaches the bundle's image signatures); or sign each one yourself (for example 'cosign sign --key cosign.key --tlog-upload=false %s/...@DIGEST') and put the text of the public key in spec.trust (ed25519, or cosign's ECDSA P-256; see docs/air-gapped.md#image-signatures); or turn the check off with spec.registry.requireSignatures: false. Keys trusted now: %s",
 				relocatedRoot(reg.Host, reg.PathPrefix), keys),
 			Details: append(refused, unchecked...)}
 	}
@@ -179,26 +179,4 @@ func imageDigest(img neededImage, opts []remote.Option) (v1.Hash, error) {
 		return v1.Hash{}, err
 	}
 	return desc.Digest, nil
-}
-
-// eachBounded runs fn(0..n-1) with at most limit at once; it stops
-// starting new ones once ctx is done.
-func eachBounded(ctx context.Context, n, limit int, fn func(i int)) {
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, limit)
-	for i := 0; i < n; i++ {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-slots }()
-			fn(i)
-		}()
-	}
-	wg.Wait()
 }

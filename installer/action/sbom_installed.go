@@ -2,15 +2,12 @@ package action
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"net/http"
 	"path"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -23,6 +20,7 @@ import (
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/sbom"
 	"onprem.dev/onprem/installer/state"
+	"onprem.dev/onprem/internal/bounded"
 )
 
 // runningImage is one image the platform's pods run, and who runs it.
@@ -68,10 +66,7 @@ func (s *SBOM) runInstalled(ctx context.Context) (*SBOMResult, error) {
 		version = "unknown"
 	}
 
-	tr := remote.DefaultTransport.(*http.Transport).Clone()
-	if s.Insecure {
-		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // --insecure asks for it
-	}
+	tr := images.Transport(s.Insecure)
 	var nopts []name.Option
 	if s.Insecure {
 		nopts = append(nopts, name.Insecure)
@@ -79,24 +74,10 @@ func (s *SBOM) runInstalled(ctx context.Context) (*SBOMResult, error) {
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(tr), remote.WithPlatform(defaultSBOMPlatform)}
 	invs := make([]*sbom.Inventory, len(running))
 	errs := make([]error, len(running))
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, 4)
-	for i, ri := range running {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				errs[i] = ctx.Err()
-				return
-			}
-			defer func() { <-slots }()
-			invs[i], errs[i] = catalogRunning(ctx, ri, nopts, ropts)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	interrupted := bounded.Each(ctx, len(running), 4, func(i int) {
+		invs[i], errs[i] = catalogRunning(ctx, running[i], nopts, ropts)
+	})
+	if err := errors.Join(interrupted, errors.Join(errs...)); err != nil {
 		return nil, err
 	}
 	res := &SBOMResult{Release: version, Created: time.Now().UTC().Truncate(time.Second)}

@@ -2,7 +2,6 @@ package bundle
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"onprem.dev/onprem/installer/images"
 )
 
 // registryClient speaks the OCI distribution API to one registry, with one
@@ -27,11 +28,8 @@ type registryClient struct {
 
 func newRegistryClient(ctx context.Context, reg name.Registry, insecure bool, auth authn.Authenticator, base http.RoundTripper, repos []string, conns int) (*registryClient, error) {
 	if base == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
+		t := images.Transport(insecure)
 		t.MaxIdleConnsPerHost = conns + 2
-		if insecure {
-			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the operator asked for it
-		}
 		base = t
 	}
 	scopes := make([]string, 0, len(repos))

@@ -2,7 +2,6 @@ package bundle
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"onprem.dev/onprem/installer/images"
 )
 
 // RemoteOptions configure a registry source.
@@ -91,11 +92,7 @@ func (s *remoteSource) remoteOptions(ctx context.Context) []remote.Option {
 	}
 	rt := s.opts.Transport
 	if rt == nil {
-		t := remote.DefaultTransport.(*http.Transport).Clone()
-		if s.opts.Insecure {
-			t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the operator asked for it
-		}
-		rt = t
+		rt = images.Transport(s.opts.Insecure)
 	}
 	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithTransport(rt)}
 }
