@@ -185,12 +185,7 @@ func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
 			return nil, err
 		}
 	}
-	ns, err := b.Target.namespace(ctx)
-	if err != nil {
-		return nil, err
-	}
-	conf := configuration(b.Conn, b.Cluster)
-	cl, err := conf.Cluster(ctx)
+	ns, conf, cl, err := targetCluster(ctx, b.Target, b.Conn, b.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -199,14 +194,11 @@ func (b *BackupCreate) Run(ctx context.Context) (*BackupCreateResult, error) {
 			return nil, err
 		}
 	}
-	ctx, h, err := conf.lockAndLoad(ctx, ns, "backup", b.LockWait, b.LockLease)
+	ctx, h, err := conf.lockInstalled(ctx, ns, "backup", b.LockWait, b.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	if err := requireInstalled(h.st, ns); err != nil {
-		return nil, err
-	}
 	if err := databasesSettled(ctx, cl.Client, ns, h.st); err != nil {
 		return nil, err
 	}
@@ -358,12 +350,8 @@ func (b *BackupInspect) Run(ctx context.Context) (*BackupInspectResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	o, err := backup.Open(ctx, store, name, backup.OpenOptions{Identities: ids, WorkDir: b.WorkDir})
+	o, err := openBackup(ctx, store, name, backup.OpenOptions{Identities: ids, WorkDir: b.WorkDir})
 	if err != nil {
-		var nf *backupstore.NotFoundError
-		if backupfile.IsRefusal(err) || errors.As(err, &nf) {
-			return nil, inputErr(err)
-		}
 		return nil, err
 	}
 	defer o.Close()
@@ -485,4 +473,19 @@ func databasesSettled(ctx context.Context, c kubernetes.Interface, ns string, st
 		return fmt.Errorf("checking for an unfinished availability move (Secret %s/%s): %w", ns, MoveSecret, err)
 	}
 	return nil
+}
+
+// openBackup opens a backup (backup.Open); a backup that is not there, or
+// that is refused (damaged, of another key, a newer format), is the
+// operator's input (exit 2).
+func openBackup(ctx context.Context, store backupstore.Store, name string, o backup.OpenOptions) (*backup.Opened, error) {
+	opened, err := backup.Open(ctx, store, name, o)
+	if err != nil {
+		var nf *backupstore.NotFoundError
+		if backupfile.IsRefusal(err) || errors.As(err, &nf) {
+			return nil, inputErr(err)
+		}
+		return nil, err
+	}
+	return opened, nil
 }

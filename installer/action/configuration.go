@@ -53,6 +53,21 @@ func connect(ctx context.Context, conn *Configuration, o kube.Options) (*kube.Cl
 	return configuration(conn, o).Cluster(ctx)
 }
 
+// targetCluster is a verb's namespace (see Target) and its connected
+// configuration and cluster.
+func targetCluster(ctx context.Context, t Target, conn *Configuration, o kube.Options) (string, *Configuration, *kube.Cluster, error) {
+	ns, err := t.namespace(ctx)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	conf := configuration(conn, o)
+	cl, err := conf.Cluster(ctx)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return ns, conf, cl, nil
+}
+
 // Cluster connects (kube.Connect) the first time it is called and returns
 // that connection from then on. A failed connection is not kept: the next
 // call tries again.
@@ -111,6 +126,20 @@ func requireInstalled(st *state.State, namespace string) error {
 		return errNotInstalled(namespace)
 	}
 	return nil
+}
+
+// lockInstalled is lockAndLoad for the verbs that need an installed
+// platform: with none, the lock is released and the error says so.
+func (c *Configuration) lockInstalled(ctx context.Context, namespace, verb string, wait, lease time.Duration) (context.Context, *held, error) {
+	ctx, h, err := c.lockAndLoad(ctx, namespace, verb, wait, lease)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := requireInstalled(h.st, namespace); err != nil {
+		h.unlock()
+		return nil, nil, err
+	}
+	return ctx, h, nil
 }
 
 // lockAndLoad connects, takes the installation's lock in namespace and

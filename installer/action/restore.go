@@ -173,12 +173,8 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 		return nil, err
 	}
 	phase("restoring " + name + " from " + store.String())
-	o, err := backup.Open(ctx, store, name, backup.OpenOptions{Identities: ids, WorkDir: r.WorkDir, Progress: progress})
+	o, err := openBackup(ctx, store, name, backup.OpenOptions{Identities: ids, WorkDir: r.WorkDir, Progress: progress})
 	if err != nil {
-		var nf *backupstore.NotFoundError
-		if backupfile.IsRefusal(err) || errors.As(err, &nf) {
-			return nil, inputErr(err)
-		}
 		return nil, err
 	}
 	defer o.Close()

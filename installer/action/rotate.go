@@ -79,12 +79,7 @@ func (r *RotateCertificates) Run(ctx context.Context) (*RotateCertificatesResult
 	if r.Mode == "" {
 		r.Mode = rotate.Renew
 	}
-	ns, err := r.Target.namespace(ctx)
-	if err != nil {
-		return nil, err
-	}
-	conf := configuration(r.Conn, r.Cluster)
-	cl, err := conf.Cluster(ctx)
+	ns, conf, cl, err := targetCluster(ctx, r.Target, r.Conn, r.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -101,14 +96,11 @@ func (r *RotateCertificates) Run(ctx context.Context) (*RotateCertificatesResult
 		return &RotateCertificatesResult{CertificatesResult: *res, Next: caNext(st, res)}, nil
 	}
 
-	ctx, h, err := conf.lockAndLoad(ctx, ns, "rotate certificates", r.LockWait, r.LockLease)
+	ctx, h, err := conf.lockInstalled(ctx, ns, "rotate certificates", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	if err := requireInstalled(h.st, ns); err != nil {
-		return nil, err
-	}
 	// A refusal is known before anything is recorded: the history holds
 	// rotations that were attempted.
 	probe := opts
@@ -217,12 +209,7 @@ var adminEngines = []string{rotate.PostgreSQL, rotate.MongoDB}
 
 // Run rotates.
 func (r *RotateCredentials) Run(ctx context.Context) (*RotateCredentialsResult, error) {
-	ns, err := r.Target.namespace(ctx)
-	if err != nil {
-		return nil, err
-	}
-	conf := configuration(r.Conn, r.Cluster)
-	cl, err := conf.Cluster(ctx)
+	ns, conf, cl, err := targetCluster(ctx, r.Target, r.Conn, r.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -451,12 +438,7 @@ type RotateKeys struct {
 
 // Run rotates.
 func (r *RotateKeys) Run(ctx context.Context) (*rotate.KeysResult, error) {
-	ns, err := r.Target.namespace(ctx)
-	if err != nil {
-		return nil, err
-	}
-	conf := configuration(r.Conn, r.Cluster)
-	cl, err := conf.Cluster(ctx)
+	ns, conf, cl, err := targetCluster(ctx, r.Target, r.Conn, r.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -468,14 +450,11 @@ func (r *RotateKeys) Run(ctx context.Context) (*rotate.KeysResult, error) {
 		res, err := rotate.Keys(ctx, opts)
 		return res, rotateErr(err)
 	}
-	ctx, h, err := conf.lockAndLoad(ctx, ns, "rotate keys", r.LockWait, r.LockLease)
+	ctx, h, err := conf.lockInstalled(ctx, ns, "rotate keys", r.LockWait, r.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	if err := requireInstalled(h.st, ns); err != nil {
-		return nil, err
-	}
 	probe := opts
 	probe.DryRun = true
 	if _, err := rotate.Keys(ctx, probe); err != nil {
