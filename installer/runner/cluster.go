@@ -47,7 +47,7 @@ func Connect(ctx context.Context, name string, ref config.ClusterRef, platform k
 // ConnectRef reaches the cluster ref names (see ClusterOptions): the
 // platform's connection itself when ref names no other cluster, else a
 // new one. Its error is kube.Connect's, for the caller to say what the
-// cluster was for (runner.Connect, runtime.Connect): runners and runtimes
+// cluster was for (runner.Connect, gitops.Connect): runners and runtimes
 // reach their clusters through this one function.
 func ConnectRef(ctx context.Context, ref config.ClusterRef, platform kube.Options, platformCluster *kube.Cluster) (*kube.Cluster, error) {
 	o, same := ClusterOptions(ref, platform)

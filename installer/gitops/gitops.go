@@ -1,4 +1,4 @@
-// Package runtime is the life of Argo-based GitOps runtimes: install (and
+// Package gitops is the life of Argo-based GitOps runtimes: install (and
 // converge), upgrade, status and uninstall, on the platform's cluster or a
 // remote one; the shared configuration repository and which runtime holds
 // the configuration; and each runtime's Git sources.
@@ -28,7 +28,7 @@
 //
 // Every function that changes a runtime expects the caller to hold the
 // installation's lock (state.Acquire) and the record read under it.
-package runtime
+package gitops
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package runtime
+package gitops
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/render"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -170,7 +170,7 @@ func TestPrepareRefusesWhatPodSecurityRefuses(t *testing.T) {
 	in.Spec.Ingress.ClassName = "onprem"
 	target := Target{Runtime: config.Runtime{Name: "edge"}, Cluster: &kube.Cluster{}}
 
-	chart := runtimetest.Chart(t, rel.Runtime.ChartVersion)
+	chart := gitopstest.Chart(t, rel.Runtime.ChartVersion)
 	chart.Templates = append(chart.Templates, &common.File{Name: "templates/debug.yaml", Data: []byte(`apiVersion: batch/v1
 kind: Job
 metadata:
@@ -194,7 +194,7 @@ spec:
 		}
 	}
 
-	chart = runtimetest.Chart(t, rel.Runtime.ChartVersion)
+	chart = gitopstest.Chart(t, rel.Runtime.ChartVersion)
 	chart.Metadata.Dependencies = append(chart.Metadata.Dependencies, &chartv2.Dependency{Name: "argo-cd", Version: "9.0.2", Condition: "argo-cd.enabled"})
 	_, err = Prepare(context.Background(), target, in, rel, chart, nil)
 	var me *charts.MissingDependencyError
