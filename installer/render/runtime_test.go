@@ -22,7 +22,7 @@ import (
 
 func fixtureChart(t testing.TB, version string) *chartv2.Chart {
 	t.Helper()
-	ch, err := charts.LoadFrom(os.DirFS("../runtime/testdata"), "gitops-runtime")
+	ch, err := charts.LoadFrom(os.DirFS("../gitops/testdata"), "gitops-runtime")
 	if err != nil {
 		t.Fatal(err)
 	}
