@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/chartfetch"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
@@ -209,7 +210,7 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]gitops.Result, error) {
 	defer unlock()
 	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
 	names, err := namesToUpgrade(a.All, a.Names, gitops.Names(p.State), func(n string) error {
-		return &gitops.NotFoundError{Name: n, Known: gitops.Names(p.State)}
+		return gitops.NotFound(p.State, n)
 	})
 	if err != nil {
 		return nil, err
@@ -498,7 +499,7 @@ func (t *Target) peekRuntime(ctx context.Context, name string, ref config.Cluste
 func runtimeCluster(ctx context.Context, st *state.State, name string, ref config.ClusterRef, platform kube.Options, pc *kube.Cluster) (*kube.Cluster, error) {
 	rec, ok := st.Runtimes[name]
 	if !ok {
-		return nil, inputErr(&gitops.NotFoundError{Name: name, Known: gitops.Names(st)})
+		return nil, inputErr(gitops.NotFound(st, name))
 	}
 	if ref.IsPlatformCluster() {
 		ref = gitops.RecordRef(rec)
@@ -553,9 +554,9 @@ func installRuntime(ctx context.Context, l *Loaded, p *gitops.Platform, v string
 // runtimeErr marks the runtime errors that are the operator's to fix
 // (exit code 2).
 func runtimeErr(err error) error {
-	var ce *gitops.ConflictError
+	var ce *attachment.ConflictError
 	var ie *gitops.InputError
-	var nf *gitops.NotFoundError
+	var nf *attachment.NotFoundError
 	var ae *configrepo.AuthError
 	if errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &nf) || errors.As(err, &ae) || render.IsInputError(err) {
 		return inputErr(err)

@@ -197,7 +197,7 @@ func Repository(p *Platform) (config.GitRepository, error) {
 		want := p.Installation.Spec.RuntimeConfig.Repository
 		got := config.GitRepository{URL: rc.URL, Branch: rc.Branch, Path: rc.Path}
 		if want.URL != "" && want != got && len(p.State.Runtimes) > 0 {
-			return got, &ConflictError{fmt.Sprintf("spec.runtimeConfig.repository is %s, but the installed runtimes share %s: "+
+			return got, &attachment.ConflictError{Msg: fmt.Sprintf("spec.runtimeConfig.repository is %s, but the installed runtimes share %s: "+
 				"the configuration repository cannot change while runtimes use it; set it back, or uninstall the runtimes first", describeRepo(want), describeRepo(got))}
 		}
 		return got, nil

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"onprem.dev/onprem/charts"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/kube"
@@ -32,7 +33,7 @@ func platformWith(rts map[string]state.Runtime, rc *state.RuntimeConfig, spec co
 // another; the message gives that command.
 func TestCheckUninstall(t *testing.T) {
 	two := map[string]state.Runtime{"a": {}, "b": {}}
-	var ce *ConflictError
+	var ce *attachment.ConflictError
 	err := CheckUninstall(platformWith(two, &state.RuntimeConfig{URL: "u", ConfigRuntime: "a"}, config.RuntimeConfig{}), "a")
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "onprem runtime designate-config b") {
 		t.Errorf("config runtime with others: %v", err)
@@ -43,7 +44,7 @@ func TestCheckUninstall(t *testing.T) {
 	if err := CheckUninstall(platformWith(map[string]state.Runtime{"a": {}}, &state.RuntimeConfig{URL: "u", ConfigRuntime: "a"}, config.RuntimeConfig{}), "a"); err != nil {
 		t.Errorf("the last runtime: %v", err)
 	}
-	var nf *NotFoundError
+	var nf *attachment.NotFoundError
 	if err := CheckUninstall(platformWith(two, nil, config.RuntimeConfig{}), "zz"); !errors.As(err, &nf) || !strings.Contains(err.Error(), "a, b") {
 		t.Errorf("unknown runtime: %v", err)
 	}
@@ -57,7 +58,7 @@ func TestRepository(t *testing.T) {
 	if err != nil || got.URL != rec.URL || got.Path != "p" {
 		t.Errorf("recorded: %+v %v", got, err)
 	}
-	var ce *ConflictError
+	var ce *attachment.ConflictError
 	other := config.RuntimeConfig{Repository: config.GitRepository{URL: "https://git.example.com/b.git"}}
 	if _, err := Repository(platformWith(map[string]state.Runtime{"a": {}}, rec, other)); !errors.As(err, &ce) || !strings.Contains(err.Error(), "cannot change while runtimes use it") {
 		t.Errorf("changed repository: %v", err)
