@@ -309,38 +309,23 @@ type RunnerListResult struct {
 
 // Run lists the runners (no lock: it only reads).
 func (a *RunnerList) Run(ctx context.Context) (*RunnerListResult, error) {
-	ns, err := a.Target.namespace(ctx)
+	ns, pc, st, err := a.Target.listed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pc, err := connect(ctx, a.Conn, a.Cluster)
+	runners, err := observeEach(ctx, attachmentKind[runner.Status]{
+		connect: func(ctx context.Context, n string, platform kube.Options) (*kube.Cluster, error) {
+			return runner.Connect(ctx, n, runner.RecordRef(st.Runners[n]), platform, pc)
+		},
+		unreachable: func(n string, err error) runner.Status { return runner.Unreachable(n, st.Runners[n], err) },
+		observe: func(ctx context.Context, cl *kube.Cluster, n string) runner.Status {
+			return runner.Observe(ctx, cl, n, st.Runners[n])
+		},
+	}, runner.Names(st), a.Cluster, a.RunnerTimeout)
 	if err != nil {
 		return nil, err
 	}
-	st, err := state.NewStore(pc.Client, ns).Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	timeout := a.RunnerTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	out := &RunnerListResult{Namespace: ns, Runners: []runner.Status{}}
-	for _, n := range runner.Names(st) {
-		rec := st.Runners[n]
-		platform := a.Cluster
-		platform.Timeout = timeout
-		cl, err := runner.Connect(ctx, n, runner.RecordRef(rec), platform, pc)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			out.Runners = append(out.Runners, runner.Unreachable(n, rec, err))
-			continue
-		}
-		out.Runners = append(out.Runners, runner.Observe(ctx, cl, n, rec))
-	}
-	return out, nil
+	return &RunnerListResult{Namespace: ns, Runners: runners}, nil
 }
 
 // openPlatform takes the installation's lock on the platform's cluster and

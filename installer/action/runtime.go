@@ -301,38 +301,25 @@ type RuntimeListResult struct {
 
 // Run lists the runtimes (no lock: it only reads).
 func (a *RuntimeList) Run(ctx context.Context) (*RuntimeListResult, error) {
-	ns, err := a.Target.namespace(ctx)
+	ns, pc, st, err := a.Target.listed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pc, err := connect(ctx, a.Conn, a.Cluster)
+	runtimes, err := observeEach(ctx, attachmentKind[gitops.Status]{
+		connect: func(ctx context.Context, n string, platform kube.Options) (*kube.Cluster, error) {
+			return gitops.Connect(ctx, "runtime "+n, gitops.RecordRef(st.Runtimes[n]), platform, pc)
+		},
+		unreachable: func(n string, err error) gitops.Status { return gitops.Unreachable(st, n, err) },
+		observe: func(ctx context.Context, cl *kube.Cluster, n string) gitops.Status {
+			return gitops.Observe(ctx, cl, st, n)
+		},
+	}, gitops.Names(st), a.Cluster, a.RuntimeTimeout)
 	if err != nil {
 		return nil, err
 	}
-	st, err := state.NewStore(pc.Client, ns).Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	timeout := a.RuntimeTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	out := &RuntimeListResult{Namespace: ns, Runtimes: []gitops.Status{}, ConfigRuntime: gitops.ConfigRuntime(st)}
+	out := &RuntimeListResult{Namespace: ns, Runtimes: runtimes, ConfigRuntime: gitops.ConfigRuntime(st)}
 	if st.RuntimeConfig != nil {
 		out.Repository = st.RuntimeConfig.URL
-	}
-	for _, n := range gitops.Names(st) {
-		platform := a.Cluster
-		platform.Timeout = timeout
-		cl, err := gitops.Connect(ctx, "runtime "+n, gitops.RecordRef(st.Runtimes[n]), platform, pc)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			out.Runtimes = append(out.Runtimes, gitops.Unreachable(st, n, err))
-			continue
-		}
-		out.Runtimes = append(out.Runtimes, gitops.Observe(ctx, cl, st, n))
 	}
 	return out, nil
 }
