@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"onprem.dev/onprem/installer/backupfile"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -44,7 +44,7 @@ func bundleCLI(t *testing.T, args ...string) (int, string, string) {
 	if len(args) > 0 && args[0] == "create" {
 		// The release's runtime chart, from a mirror on loopback (the
 		// upstream repository is not reachable here).
-		args = append(args, "--chart-repository", runtimetest.ServeOCI(t, "0.26.0"), "--chart-plain-http")
+		args = append(args, "--chart-repository", gitopstest.ServeOCI(t, "0.26.0"), "--chart-plain-http")
 	}
 	var out, errb bytes.Buffer
 	code := run(context.Background(), append([]string{"bundle"}, args...), &out, &errb)
@@ -66,7 +66,7 @@ func bundleLayout(t *testing.T, skip ...string) string {
 	}
 	// What the charts render: the release's images and the runtime
 	// chart's own (the test fixture's).
-	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, RuntimeChart: runtimetest.Chart(t, rel.Runtime.ChartVersion)})
+	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, RuntimeChart: gitopstest.Chart(t, rel.Runtime.ChartVersion)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/output"
-	"onprem.dev/onprem/installer/runtime"
 )
 
 func newRestoreCmd() *cobra.Command {
@@ -104,8 +104,8 @@ above; nothing changed), 3 cluster unreachable.`,
 	cmd.Flags().BoolVar(&a.Force, "force", false, "restore into an installed platform, replacing its databases' contents")
 	cmd.Flags().BoolVar(&yes, "yes", false, "confirm --force without asking")
 	cmd.Flags().BoolVar(&a.IncludeRedis, "include-redis", false, "also restore Redis's data when the backup has it")
-	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtimes register with again (default: $"+runtime.PlatformTokenEnv+" or spec.runtimeConfig.platformToken)")
-	cmd.Flags().StringArrayVar(&tokenFiles, "git-token-file", nil, "RUNTIME=FILE: the Git token of a runtime to install again (repeatable; default: $"+runtime.TokenEnv+" or spec.runtimes[].gitToken)")
+	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtimes register with again (default: $"+gitops.PlatformTokenEnv+" or spec.runtimeConfig.platformToken)")
+	cmd.Flags().StringArrayVar(&tokenFiles, "git-token-file", nil, "RUNTIME=FILE: the Git token of a runtime to install again (repeatable; default: $"+gitops.TokenEnv+" or spec.runtimes[].gitToken)")
 	addFetchFlags(cmd, &a.RuntimeFetch)
 	cmd.Flags().StringArrayVar(&a.SkipChecks, "skip-check", nil, "skip this preflight check (repeatable; recorded in the state)")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")

@@ -15,9 +15,9 @@ import (
 	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/managedcluster"
 	"onprem.dev/onprem/installer/output"
-	"onprem.dev/onprem/installer/runtime"
 )
 
 func newRuntimeCmd() *cobra.Command {
@@ -187,15 +187,15 @@ state, a backup, a log or an output).`,
 				a.Name = args[0]
 			}
 			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run,
-				func(w io.Writer, r *runtime.Result) { printRuntimeResults(w, []runtime.Result{*r}) }, notNil)
+				func(w io.Writer, r *gitops.Result) { printRuntimeResults(w, []gitops.Result{*r}) }, notNil)
 		},
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
 	addPlatformClusterFlags(cmd, &a.Cluster)
 	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "spec.runtimes[]'s, else the platform's")
 	cmd.Flags().StringVar(&a.Namespace, "runtime-namespace", "", "the runtime's namespace (default: spec.runtimes[]'s, else the runtime's name)")
-	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding the Git token (default: the environment variable "+runtime.TokenEnv+", then spec.runtimes[].gitToken)")
-	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtime registers with (default: the environment variable "+runtime.PlatformTokenEnv+", then spec.runtimeConfig.platformToken)")
+	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding the Git token (default: the environment variable "+gitops.TokenEnv+", then spec.runtimes[].gitToken)")
+	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtime registers with (default: the environment variable "+gitops.PlatformTokenEnv+", then spec.runtimeConfig.platformToken)")
 	cmd.Flags().StringVar(&a.AccountID, "account", "", "the platform account the runtime registers with (default: spec.runtimeConfig.accountId)")
 	refuseTokenValueFlags(cmd)
 	cmd.Flags().StringVar(&a.Repository.URL, "config-repo", "", "the configuration repository's https URL (default: spec.runtimeConfig.repository.url; only before the first runtime)")
@@ -223,7 +223,7 @@ others.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a.Names = args
 			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRuntimeResults,
-				func(r []runtime.Result) bool { return r != nil })
+				func(r []gitops.Result) bool { return r != nil })
 		},
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
@@ -309,7 +309,7 @@ the configuration (their configuration-runtime value) with
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a.Name = args[0]
-			return runThenPrint(cmd, format, nil, a.Run, func(w io.Writer, r *runtime.DesignateResult) {
+			return runThenPrint(cmd, format, nil, a.Run, func(w io.Writer, r *gitops.DesignateResult) {
 				if r.Previous == r.ConfigRuntime {
 					fmt.Fprintf(w, "runtime %s already holds the configuration\n", r.ConfigRuntime)
 					return
@@ -321,7 +321,7 @@ the configuration (their configuration-runtime value) with
 				if r.Next != "" {
 					fmt.Fprintf(w, "next: %s (tells the runtimes' charts)\n", r.Next)
 				}
-			}, func(r *runtime.DesignateResult) bool { return r != nil && r.ConfigRuntime != "" })
+			}, func(r *gitops.DesignateResult) bool { return r != nil && r.ConfigRuntime != "" })
 		},
 	}
 	addRunnerTargetFlags(cmd, &a.Target)
@@ -354,8 +354,8 @@ source is created.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			add.Source.Name = args[0]
-			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, gs *runtime.GitSource) {
-				printGitSources(w, []runtime.GitSource{*gs})
+			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, gs *gitops.GitSource) {
+				printGitSources(w, []gitops.GitSource{*gs})
 			}, notNil)
 		},
 	}
@@ -380,7 +380,7 @@ source is created.`,
 		Example: `  onprem runtime git-source list --runtime codefresh -o json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runThenPrint(cmd, listFormat, nil, list.Run, printGitSources, func(r []runtime.GitSource) bool { return r != nil })
+			return runThenPrint(cmd, listFormat, nil, list.Run, printGitSources, func(r []gitops.GitSource) bool { return r != nil })
 		},
 	}
 	addRunnerTargetFlags(listCmd, &list.Target)
@@ -417,7 +417,7 @@ source is created.`,
 	return cmd
 }
 
-func printRuntimeResults(w io.Writer, rs []runtime.Result) {
+func printRuntimeResults(w io.Writer, rs []gitops.Result) {
 	tw := output.NewTable(w)
 	fmt.Fprintln(tw, "RUNTIME\tRESULT\tREVISION\tNAMESPACE\tCLUSTER\tVERSION\tCONFIG\tTIME")
 	for _, r := range rs {
@@ -483,7 +483,7 @@ func printRuntimeList(w io.Writer, res *action.RuntimeListResult) {
 	}
 }
 
-func printGitSources(w io.Writer, gs []runtime.GitSource) {
+func printGitSources(w io.Writer, gs []gitops.GitSource) {
 	if len(gs) == 0 {
 		fmt.Fprintln(w, "no git sources")
 		return
@@ -643,8 +643,8 @@ func printManagedRemoval(w io.Writer, r *managedcluster.RemoveResult) {
 // that refuse a token given as a value: it would land in shell history.
 func refuseTokenValueFlags(cmd *cobra.Command) {
 	for _, f := range []struct{ flag, file, env string }{
-		{"git-token", "--git-token-file", runtime.TokenEnv},
-		{"platform-token", "--platform-token-file", runtime.PlatformTokenEnv},
+		{"git-token", "--git-token-file", gitops.TokenEnv},
+		{"platform-token", "--platform-token-file", gitops.PlatformTokenEnv},
 	} {
 		var v string
 		cmd.Flags().StringVar(&v, f.flag, "", "")

@@ -12,7 +12,7 @@ import (
 
 	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/e2e/testservers"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 )
 
 const runtimeConfig = "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
@@ -103,7 +103,7 @@ func TestRuntimeCommandsAgainstACluster(t *testing.T) {
 	const token = "cli-token-5f3a9c"
 	git := testservers.StartGit(t, token)
 	repoURL := git.NewRepo(t, "config")
-	mirror := runtimetest.ServeOCI(t, "0.26.0")
+	mirror := gitopstest.ServeOCI(t, "0.26.0")
 	dir := t.TempDir()
 	cfg := "apiVersion: onprem.dev/v1alpha1\nkind: Installation\nspec:\n  version: 2.8.0\n  domain: ci.example.com\n" +
 		"  modules:\n    pipelines: {enabled: false}\n  runtimeConfig:\n    repository: {url: " + repoURL + "}\n    accountId: acc-1\n"

@@ -20,9 +20,9 @@ import (
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/bundle"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/render"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"onprem.dev/onprem/preflight"
 )
 
@@ -106,7 +106,7 @@ func TestPlatform(t *testing.T) {
 		}
 		// The real runtime chart, as published (../shared/upstream), served
 		// the way an operator's mirror serves it.
-		charts := runtimetest.ServeUpstreamOCI(t, chartVersions...)
+		charts := gitopstest.ServeUpstreamOCI(t, chartVersions...)
 		// Bundles are signed, as a vendor signs them: the key is made
 		// once where 'bundle create' finds it; the public key is what
 		// every configuration trusts (spec.trust) and push is given.
@@ -462,7 +462,7 @@ func chartImages(t *testing.T, rel *release.Release) []string {
 	if rel.Runtime == nil {
 		return nil
 	}
-	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, PlatformImages: platformPrefix, RuntimeChart: runtimetest.Upstream(t, rel.Runtime.ChartVersion)})
+	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, PlatformImages: platformPrefix, RuntimeChart: gitopstest.Upstream(t, rel.Runtime.ChartVersion)})
 	if err != nil {
 		t.Fatalf("release %s: the images its charts render: %v", rel.Version, err)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"onprem.dev/onprem/installer/chartfetch"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -48,7 +48,7 @@ func bundleRelease280(t testing.TB) *release.Release {
 	}
 	// A bundle carries what the charts render: the release's images and
 	// the ones the runtime chart (the test fixture) runs by itself.
-	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, RuntimeChart: runtimetest.Chart(t, rel.Runtime.ChartVersion)})
+	refs, err := render.ReleaseImages(context.Background(), render.ImageOptions{Release: rel, RuntimeChart: gitopstest.Chart(t, rel.Runtime.ChartVersion)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,5 +629,5 @@ func runtimeMirror(t *testing.T) string {
 			versions = append(versions, r.Runtime.ChartVersion)
 		}
 	}
-	return runtimetest.ServeOCI(t, versions...)
+	return gitopstest.ServeOCI(t, versions...)
 }

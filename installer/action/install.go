@@ -14,12 +14,12 @@ import (
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/rotate"
 	"onprem.dev/onprem/installer/runner"
-	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
@@ -108,9 +108,9 @@ type InstallResult struct {
 	UndeclaredRunners []string        `json:"undeclaredRunners,omitempty"`
 	// Runtimes are the runtimes of spec.runtimes[], installed or converged
 	// after the runners; UndeclaredRuntimes the other recorded runtimes.
-	Runtimes           []runtime.Result `json:"runtimes,omitempty"`
-	UndeclaredRuntimes []string         `json:"undeclaredRuntimes,omitempty"`
-	Elapsed            time.Duration    `json:"elapsed"`
+	Runtimes           []gitops.Result `json:"runtimes,omitempty"`
+	UndeclaredRuntimes []string        `json:"undeclaredRuntimes,omitempty"`
+	Elapsed            time.Duration   `json:"elapsed"`
 }
 
 // Run installs. On a component failure it returns the result with the
@@ -253,7 +253,7 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 	if err == nil {
 		rp := runtimePlatform(cl, res.Namespace, store, st, in)
 		out.Runtimes, out.UndeclaredRuntimes, err = convergeRuntimes(ctx, l, rp, res.Version, declaredRuntimes,
-			runtime.Options{Timeout: i.Timeout, Reporter: i.Reporter, Git: i.RuntimeFetch.Git}, i.RuntimeFetch)
+			gitops.Options{Timeout: i.Timeout, Reporter: i.Reporter, Git: i.RuntimeFetch.Git}, i.RuntimeFetch)
 	}
 	out.Elapsed = time.Since(start)
 	if err != nil {

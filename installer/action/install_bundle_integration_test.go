@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/chartfetch"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/state"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -85,7 +85,7 @@ func makeBundleSigned(t *testing.T, dir, version, registry string, key ed25519.P
 		path = filepath.Join(dir, "platform-"+version+"-unsigned.bundle")
 	}
 	if _, err := bundle.Create(ctx, bundle.CreateOptions{Release: rel, Output: path, SigningKey: key,
-		RuntimeChartRepository: runtimetest.ServeOCI(t, rel.Runtime.ChartVersion), RuntimeChart: chartfetch.Options{PlainHTTP: true},
+		RuntimeChartRepository: gitopstest.ServeOCI(t, rel.Runtime.ChartVersion), RuntimeChart: chartfetch.Options{PlainHTTP: true},
 		Source: bundle.SourceFunc(func(context.Context, bundle.ImageRequest) (v1.Image, error) { return random.Image(512, 1) }),
 	}); err != nil {
 		t.Fatal(err)

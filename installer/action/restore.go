@@ -21,12 +21,12 @@ import (
 	"onprem.dev/onprem/installer/backupfile"
 	"onprem.dev/onprem/installer/backupstore"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/runner"
-	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/secrets"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/version"
@@ -629,7 +629,7 @@ func (r *Restore) attach(ctx context.Context, o *backup.Opened, l *Loaded, cfgPa
 	}
 	env := r.TokenEnv
 	if env == "" {
-		env = runtime.TokenEnv
+		env = gitops.TokenEnv
 	}
 	names := slices.Sorted(maps.Keys(regs.Runtimes))
 	// The configuration runtime first: the others find its layout.
@@ -693,7 +693,7 @@ func hasToken(in *config.Installation, name, env string) bool {
 // hasPlatformToken reports whether the platform token is available
 // without a file: $ONPREM_PLATFORM_TOKEN or spec.runtimeConfig.platformToken.
 func hasPlatformToken(in *config.Installation) bool {
-	return os.Getenv(runtime.PlatformTokenEnv) != "" || in.Spec.RuntimeConfig.PlatformToken != (config.SecretSource{})
+	return os.Getenv(gitops.PlatformTokenEnv) != "" || in.Spec.RuntimeConfig.PlatformToken != (config.SecretSource{})
 }
 
 // restoreRuntimeObjects creates the runtime's Git sources (Argo CD
@@ -714,7 +714,7 @@ func restoreRuntimeObjects(ctx context.Context, o *backup.Opened, cl *kube.Clust
 		for _, a := range apps {
 			u := &unstructured.Unstructured{Object: a}
 			u.SetNamespace(ns)
-			if _, err := dyn.Resource(runtime.Applications).Namespace(ns).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: runner.FieldManager, Force: true}); err != nil {
+			if _, err := dyn.Resource(gitops.Applications).Namespace(ns).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: runner.FieldManager, Force: true}); err != nil {
 				return "", fmt.Errorf("git source %s: %w", u.GetName(), err)
 			}
 		}

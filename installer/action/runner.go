@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
@@ -147,7 +148,7 @@ func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 	}
 	defer unlock()
 	names, err := namesToUpgrade(a.All, a.Names, runner.Names(p.State), func(n string) error {
-		return &runner.NotFoundError{Name: n, Known: runner.Names(p.State)}
+		return runner.NotFound(p.State, n)
 	})
 	if err != nil {
 		return nil, err
@@ -260,7 +261,7 @@ func (a *RunnerUninstall) Run(ctx context.Context) (*runner.UninstallResult, err
 	if st, err := peekState(ctx, pc, ns); err != nil {
 		return nil, err
 	} else if _, ok := st.Runners[a.Name]; !ok {
-		return nil, inputErr(&runner.NotFoundError{Name: a.Name, Known: runner.Names(st)})
+		return nil, inputErr(runner.NotFound(st, a.Name))
 	}
 	ctx, h, err := conf.lockAndLoad(ctx, ns, "runner uninstall", a.LockWait, a.LockLease)
 	if err != nil {
@@ -269,7 +270,7 @@ func (a *RunnerUninstall) Run(ctx context.Context) (*runner.UninstallResult, err
 	defer h.unlock()
 	rec, ok := h.st.Runners[a.Name]
 	if !ok {
-		return nil, inputErr(&runner.NotFoundError{Name: a.Name, Known: runner.Names(h.st)})
+		return nil, inputErr(runner.NotFound(h.st, a.Name))
 	}
 	p := &runner.Platform{Cluster: pc, Namespace: ns, Store: h.store, State: h.st}
 	var cl *kube.Cluster
@@ -283,7 +284,7 @@ func (a *RunnerUninstall) Run(ctx context.Context) (*runner.UninstallResult, err
 		}
 	}
 	res, err := runner.Uninstall(ctx, p, a.Name, cl, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
-	var ce *runner.ConflictError
+	var ce *attachment.ConflictError
 	if errors.As(err, &ce) {
 		return res, inputErr(err)
 	}
@@ -308,38 +309,23 @@ type RunnerListResult struct {
 
 // Run lists the runners (no lock: it only reads).
 func (a *RunnerList) Run(ctx context.Context) (*RunnerListResult, error) {
-	ns, err := a.Target.namespace(ctx)
+	ns, pc, st, err := a.Target.listed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pc, err := connect(ctx, a.Conn, a.Cluster)
+	runners, err := observeEach(ctx, attachmentKind[runner.Status]{
+		connect: func(ctx context.Context, n string, platform kube.Options) (*kube.Cluster, error) {
+			return runner.Connect(ctx, n, runner.RecordRef(st.Runners[n]), platform, pc)
+		},
+		unreachable: func(n string, err error) runner.Status { return runner.Unreachable(n, st.Runners[n], err) },
+		observe: func(ctx context.Context, cl *kube.Cluster, n string) runner.Status {
+			return runner.Observe(ctx, cl, n, st.Runners[n])
+		},
+	}, runner.Names(st), a.Cluster, a.RunnerTimeout)
 	if err != nil {
 		return nil, err
 	}
-	st, err := state.NewStore(pc.Client, ns).Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	timeout := a.RunnerTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	out := &RunnerListResult{Namespace: ns, Runners: []runner.Status{}}
-	for _, n := range runner.Names(st) {
-		rec := st.Runners[n]
-		platform := a.Cluster
-		platform.Timeout = timeout
-		cl, err := runner.Connect(ctx, n, runner.RecordRef(rec), platform, pc)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			out.Runners = append(out.Runners, runner.Unreachable(n, rec, err))
-			continue
-		}
-		out.Runners = append(out.Runners, runner.Observe(ctx, cl, n, rec))
-	}
-	return out, nil
+	return &RunnerListResult{Namespace: ns, Runners: runners}, nil
 }
 
 // openPlatform takes the installation's lock on the platform's cluster and
@@ -399,7 +385,7 @@ func installRunner(ctx context.Context, l *Loaded, p *runner.Platform, v string,
 		return nil, err
 	}
 	res, err := runner.Install(ctx, p, pr, o)
-	var ce *runner.ConflictError
+	var ce *attachment.ConflictError
 	var tm *runner.TokenMismatchError
 	if errors.As(err, &ce) || errors.As(err, &tm) {
 		return res, inputErr(err)

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/chartfetch"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/managedcluster"
 	"onprem.dev/onprem/installer/render"
-	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -53,12 +54,12 @@ type RuntimeInstall struct {
 	// Namespace is the runtime's namespace (default: its name).
 	Namespace string
 	// TokenFile holds the Git token; when empty, the environment variable
-	// TokenEnv (default runtime.TokenEnv), then spec.runtimes[].gitToken.
+	// TokenEnv (default gitops.TokenEnv), then spec.runtimes[].gitToken.
 	TokenFile string
 	TokenEnv  string
 	// PlatformTokenFile holds the platform user token the runtime
 	// registers with; when empty, the environment variable
-	// PlatformTokenEnv (default runtime.PlatformTokenEnv), then
+	// PlatformTokenEnv (default gitops.PlatformTokenEnv), then
 	// spec.runtimeConfig.platformToken. Needed on the first install only.
 	PlatformTokenFile string
 	PlatformTokenEnv  string
@@ -75,7 +76,7 @@ type RuntimeInstall struct {
 }
 
 // Run installs the runtime.
-func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
+func (a *RuntimeInstall) Run(ctx context.Context) (*gitops.Result, error) {
 	if a.Name == "" {
 		a.Name = config.DefaultRuntimeName
 	}
@@ -129,7 +130,7 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl, err := runtime.Connect(ctx, "runtime "+rt.Name+": its cluster", rt.Cluster, a.Cluster, pc)
+	cl, err := gitops.Connect(ctx, "runtime "+rt.Name+": its cluster", rt.Cluster, a.Cluster, pc)
 	if err != nil {
 		return nil, err
 	}
@@ -139,8 +140,8 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*runtime.Result, error) {
 	}
 	defer unlock()
 	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
-	return installRuntime(ctx, l, p, p.State.Version, runtime.Target{Runtime: rt, Cluster: cl, Ref: rt.Cluster, Token: token, PlatformToken: ptoken},
-		runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
+	return installRuntime(ctx, l, p, p.State.Version, gitops.Target{Runtime: rt, Cluster: cl, Ref: rt.Cluster, Token: token, PlatformToken: ptoken},
+		gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
 }
 
 // RuntimeUpgrade brings runtimes to the installed platform version's
@@ -170,7 +171,7 @@ type RuntimeUpgrade struct {
 
 // Run upgrades the runtimes one after the other; one that fails does not
 // stop the others, and the error joins every failure.
-func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
+func (a *RuntimeUpgrade) Run(ctx context.Context) ([]gitops.Result, error) {
 	switch {
 	case a.All && len(a.Names) > 0:
 		return nil, inputErr(errors.New("give runtime names or --all, not both"))
@@ -208,30 +209,30 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]runtime.Result, error) {
 	}
 	defer unlock()
 	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
-	names, err := namesToUpgrade(a.All, a.Names, runtime.Names(p.State), func(n string) error {
-		return &runtime.NotFoundError{Name: n, Known: runtime.Names(p.State)}
+	names, err := namesToUpgrade(a.All, a.Names, gitops.Names(p.State), func(n string) error {
+		return gitops.NotFound(p.State, n)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return upgradeEach(names, func(n string) (*runtime.Result, error) {
+	return upgradeEach(names, func(n string) (*gitops.Result, error) {
 		rec := p.State.Runtimes[n]
-		ref := runtime.RecordRef(rec)
+		ref := gitops.RecordRef(rec)
 		if !a.RuntimeCluster.IsPlatformCluster() {
 			ref = a.RuntimeCluster
 		}
-		cl, err := runtime.Connect(ctx, "runtime "+n+": its cluster", ref, a.Cluster, pc)
+		cl, err := gitops.Connect(ctx, "runtime "+n+": its cluster", ref, a.Cluster, pc)
 		if err != nil {
 			return nil, err
 		}
 		if err := recordedCluster("runtime", n, rec.Server, ref, cl); err != nil {
 			return nil, err
 		}
-		t := runtime.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token, PlatformToken: ptoken}
-		return installRuntime(ctx, l, p, p.State.Version, t, runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
-	}, func(n string, err error) runtime.Result {
+		t := gitops.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token, PlatformToken: ptoken}
+		return installRuntime(ctx, l, p, p.State.Version, t, gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
+	}, func(n string, err error) gitops.Result {
 		rec := p.State.Runtimes[n]
-		return runtime.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
+		return gitops.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
 	})
 }
 
@@ -251,7 +252,7 @@ type RuntimeUninstall struct {
 }
 
 // Run uninstalls the runtime.
-func (a *RuntimeUninstall) Run(ctx context.Context) (*runtime.UninstallResult, error) {
+func (a *RuntimeUninstall) Run(ctx context.Context) (*gitops.UninstallResult, error) {
 	if a.Name == "" {
 		return nil, inputErr(errors.New("name the runtime to uninstall"))
 	}
@@ -264,20 +265,20 @@ func (a *RuntimeUninstall) Run(ctx context.Context) (*runtime.UninstallResult, e
 	}
 	defer h.unlock()
 	ctx = h.ctx
-	if err := runtime.CheckUninstall(p, a.Name); err != nil {
+	if err := gitops.CheckUninstall(p, a.Name); err != nil {
 		return nil, inputErr(err)
 	}
 	var cl *kube.Cluster
 	if !a.Forget {
-		ref := runtime.RecordRef(p.State.Runtimes[a.Name])
+		ref := gitops.RecordRef(p.State.Runtimes[a.Name])
 		if !a.RuntimeCluster.IsPlatformCluster() {
 			ref = a.RuntimeCluster
 		}
-		if cl, err = runtime.Connect(ctx, "runtime "+a.Name+": its cluster", ref, a.Cluster, pc); err != nil {
+		if cl, err = gitops.Connect(ctx, "runtime "+a.Name+": its cluster", ref, a.Cluster, pc); err != nil {
 			return nil, fmt.Errorf("%w (if that cluster is gone for good, 'onprem runtime uninstall %s --forget' removes the record only)", err, a.Name)
 		}
 	}
-	res, err := runtime.Uninstall(ctx, p, a.Name, cl, runtime.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+	res, err := gitops.Uninstall(ctx, p, a.Name, cl, gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter})
 	return res, runtimeErr(err)
 }
 
@@ -292,46 +293,33 @@ type RuntimeList struct {
 
 // RuntimeListResult is the list of runtimes.
 type RuntimeListResult struct {
-	Namespace     string           `json:"namespace"`
-	Repository    string           `json:"repository,omitempty"`
-	ConfigRuntime string           `json:"configRuntime,omitempty"`
-	Runtimes      []runtime.Status `json:"runtimes"`
+	Namespace     string          `json:"namespace"`
+	Repository    string          `json:"repository,omitempty"`
+	ConfigRuntime string          `json:"configRuntime,omitempty"`
+	Runtimes      []gitops.Status `json:"runtimes"`
 }
 
 // Run lists the runtimes (no lock: it only reads).
 func (a *RuntimeList) Run(ctx context.Context) (*RuntimeListResult, error) {
-	ns, err := a.Target.namespace(ctx)
+	ns, pc, st, err := a.Target.listed(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pc, err := connect(ctx, a.Conn, a.Cluster)
+	runtimes, err := observeEach(ctx, attachmentKind[gitops.Status]{
+		connect: func(ctx context.Context, n string, platform kube.Options) (*kube.Cluster, error) {
+			return gitops.Connect(ctx, "runtime "+n, gitops.RecordRef(st.Runtimes[n]), platform, pc)
+		},
+		unreachable: func(n string, err error) gitops.Status { return gitops.Unreachable(st, n, err) },
+		observe: func(ctx context.Context, cl *kube.Cluster, n string) gitops.Status {
+			return gitops.Observe(ctx, cl, st, n)
+		},
+	}, gitops.Names(st), a.Cluster, a.RuntimeTimeout)
 	if err != nil {
 		return nil, err
 	}
-	st, err := state.NewStore(pc.Client, ns).Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	timeout := a.RuntimeTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	out := &RuntimeListResult{Namespace: ns, Runtimes: []runtime.Status{}, ConfigRuntime: runtime.ConfigRuntime(st)}
+	out := &RuntimeListResult{Namespace: ns, Runtimes: runtimes, ConfigRuntime: gitops.ConfigRuntime(st)}
 	if st.RuntimeConfig != nil {
 		out.Repository = st.RuntimeConfig.URL
-	}
-	for _, n := range runtime.Names(st) {
-		platform := a.Cluster
-		platform.Timeout = timeout
-		cl, err := runtime.Connect(ctx, "runtime "+n, runtime.RecordRef(st.Runtimes[n]), platform, pc)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			out.Runtimes = append(out.Runtimes, runtime.Unreachable(st, n, err))
-			continue
-		}
-		out.Runtimes = append(out.Runtimes, runtime.Observe(ctx, cl, st, n))
 	}
 	return out, nil
 }
@@ -347,20 +335,20 @@ type RuntimeDesignate struct {
 }
 
 // Run moves the designation.
-func (a *RuntimeDesignate) Run(ctx context.Context) (*runtime.DesignateResult, error) {
+func (a *RuntimeDesignate) Run(ctx context.Context) (*gitops.DesignateResult, error) {
 	h, p, cl, err := a.Target.openRuntime(ctx, "runtime designate-config", a.Name, a.RuntimeCluster, a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	res, err := runtime.Designate(h.ctx, p, a.Name, cl, runtime.Options{Git: a.Git})
+	res, err := gitops.Designate(h.ctx, p, a.Name, cl, gitops.Options{Git: a.Git})
 	return res, runtimeErr(err)
 }
 
 // GitSourceAdd adds a Git source (an Argo CD Application) to a runtime.
 type GitSourceAdd struct {
 	Target
-	Source         runtime.GitSourceOptions
+	Source         gitops.GitSourceOptions
 	RuntimeCluster config.ClusterRef
 	Git            configrepo.Remote
 	LockWait       time.Duration
@@ -368,13 +356,13 @@ type GitSourceAdd struct {
 }
 
 // Run adds the source.
-func (a *GitSourceAdd) Run(ctx context.Context) (*runtime.GitSource, error) {
+func (a *GitSourceAdd) Run(ctx context.Context) (*gitops.GitSource, error) {
 	h, p, cl, err := a.Target.openRuntime(ctx, "runtime git-source add", a.Source.Runtime, a.RuntimeCluster, a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer h.unlock()
-	gs, err := runtime.AddGitSource(h.ctx, p, cl, a.Source, runtime.Options{Git: a.Git})
+	gs, err := gitops.AddGitSource(h.ctx, p, cl, a.Source, gitops.Options{Git: a.Git})
 	return gs, runtimeErr(err)
 }
 
@@ -386,12 +374,12 @@ type GitSourceList struct {
 }
 
 // Run lists them (no lock).
-func (a *GitSourceList) Run(ctx context.Context) ([]runtime.GitSource, error) {
+func (a *GitSourceList) Run(ctx context.Context) ([]gitops.GitSource, error) {
 	p, cl, err := a.Target.peekRuntime(ctx, a.Runtime, a.RuntimeCluster)
 	if err != nil {
 		return nil, err
 	}
-	out, err := runtime.ListGitSources(ctx, p, a.Runtime, cl)
+	out, err := gitops.ListGitSources(ctx, p, a.Runtime, cl)
 	return out, runtimeErr(err)
 }
 
@@ -412,7 +400,7 @@ func (a *GitSourceRemove) Run(ctx context.Context) error {
 		return err
 	}
 	defer h.unlock()
-	found, err := runtime.RemoveGitSource(h.ctx, p, a.Runtime, a.Name, cl)
+	found, err := gitops.RemoveGitSource(h.ctx, p, a.Runtime, a.Name, cl)
 	if err != nil {
 		return runtimeErr(err)
 	}
@@ -430,7 +418,7 @@ type runtimeHandle struct {
 
 // openRuntimes takes the lock and reads the record; the platform must be
 // installed.
-func (t *Target) openRuntimes(ctx context.Context, verb string, wait, lease time.Duration) (*runtimeHandle, *runtime.Platform, *kube.Cluster, error) {
+func (t *Target) openRuntimes(ctx context.Context, verb string, wait, lease time.Duration) (*runtimeHandle, *gitops.Platform, *kube.Cluster, error) {
 	ns, err := t.namespace(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -454,7 +442,7 @@ func (t *Target) openRuntimes(ctx context.Context, verb string, wait, lease time
 
 // openRuntime is openRuntimes for one recorded runtime, with its cluster
 // reached.
-func (t *Target) openRuntime(ctx context.Context, verb, name string, ref config.ClusterRef, wait, lease time.Duration) (*runtimeHandle, *runtime.Platform, *kube.Cluster, error) {
+func (t *Target) openRuntime(ctx context.Context, verb, name string, ref config.ClusterRef, wait, lease time.Duration) (*runtimeHandle, *gitops.Platform, *kube.Cluster, error) {
 	if name == "" {
 		return nil, nil, nil, inputErr(errors.New("name the runtime (--runtime NAME)"))
 	}
@@ -472,7 +460,7 @@ func (t *Target) openRuntime(ctx context.Context, verb, name string, ref config.
 
 // peekRuntime reads the record without the lock and reaches one runtime's
 // cluster.
-func (t *Target) peekRuntime(ctx context.Context, name string, ref config.ClusterRef) (*runtime.Platform, *kube.Cluster, error) {
+func (t *Target) peekRuntime(ctx context.Context, name string, ref config.ClusterRef) (*gitops.Platform, *kube.Cluster, error) {
 	if name == "" {
 		return nil, nil, inputErr(errors.New("name the runtime (--runtime NAME)"))
 	}
@@ -498,12 +486,12 @@ func (t *Target) peekRuntime(ctx context.Context, name string, ref config.Cluste
 func runtimeCluster(ctx context.Context, st *state.State, name string, ref config.ClusterRef, platform kube.Options, pc *kube.Cluster) (*kube.Cluster, error) {
 	rec, ok := st.Runtimes[name]
 	if !ok {
-		return nil, inputErr(&runtime.NotFoundError{Name: name, Known: runtime.Names(st)})
+		return nil, inputErr(gitops.NotFound(st, name))
 	}
 	if ref.IsPlatformCluster() {
-		ref = runtime.RecordRef(rec)
+		ref = gitops.RecordRef(rec)
 	}
-	cl, err := runtime.Connect(ctx, "runtime "+name+": its cluster", ref, platform, pc)
+	cl, err := gitops.Connect(ctx, "runtime "+name+": its cluster", ref, platform, pc)
 	if err != nil {
 		return nil, err
 	}
@@ -514,14 +502,14 @@ func runtimeCluster(ctx context.Context, st *state.State, name string, ref confi
 	return cl, nil
 }
 
-func runtimePlatform(pc *kube.Cluster, ns string, store *state.Store, st *state.State, in *config.Installation) *runtime.Platform {
-	return &runtime.Platform{Cluster: pc, Namespace: ns, Store: store, State: st, Installation: in}
+func runtimePlatform(pc *kube.Cluster, ns string, store *state.Store, st *state.State, in *config.Installation) *gitops.Platform {
+	return &gitops.Platform{Cluster: pc, Namespace: ns, Store: store, State: st, Installation: in}
 }
 
 // installRuntime fetches the runtime chart of platform version v (the
 // bundle's copy when the installation came from one), renders the runtime
 // and installs it.
-func installRuntime(ctx context.Context, l *Loaded, p *runtime.Platform, v string, t runtime.Target, o runtime.Options, f RuntimeFetch) (*runtime.Result, error) {
+func installRuntime(ctx context.Context, l *Loaded, p *gitops.Platform, v string, t gitops.Target, o gitops.Options, f RuntimeFetch) (*gitops.Result, error) {
 	rel, err := l.Releases.Get(v)
 	if err != nil {
 		return nil, fmt.Errorf("the installed platform version: %w", err)
@@ -539,23 +527,23 @@ func installRuntime(ctx context.Context, l *Loaded, p *runtime.Platform, v strin
 	}
 	in := *l.Installation
 	in.Spec.Version = v
-	pr, err := runtime.Prepare(ctx, t, &in, rel, chart, l.Manifests(v))
+	pr, err := gitops.Prepare(ctx, t, &in, rel, chart, l.Manifests(v))
 	if err != nil {
 		if render.IsInputError(err) {
 			return nil, inputErr(err)
 		}
 		return nil, err
 	}
-	res, err := runtime.Install(ctx, p, pr, o)
+	res, err := gitops.Install(ctx, p, pr, o)
 	return res, runtimeErr(err)
 }
 
 // runtimeErr marks the runtime errors that are the operator's to fix
 // (exit code 2).
 func runtimeErr(err error) error {
-	var ce *runtime.ConflictError
-	var ie *runtime.InputError
-	var nf *runtime.NotFoundError
+	var ce *attachment.ConflictError
+	var ie *gitops.InputError
+	var nf *attachment.NotFoundError
 	var ae *configrepo.AuthError
 	if errors.As(err, &ce) || errors.As(err, &ie) || errors.As(err, &nf) || errors.As(err, &ae) || render.IsInputError(err) {
 		return inputErr(err)
@@ -572,23 +560,23 @@ func needGitOps(in *config.Installation) error {
 }
 
 // gitToken reads the Git token: from file when given, else from the
-// environment variable env (runtime.TokenEnv when empty; "-" reads no
+// environment variable env (gitops.TokenEnv when empty; "-" reads no
 // environment), else from the configuration's source. Surrounding white
 // space (a file's last newline) is dropped. The token is never in an
 // error.
 func gitToken(file, env string, declared config.SecretSource) ([]byte, error) {
 	if env == "" {
-		env = runtime.TokenEnv
+		env = gitops.TokenEnv
 	}
 	return readToken("Git token", "--git-token-file", "spec.runtimes[].gitToken", file, env, declared)
 }
 
 // platformToken reads the platform token like gitToken, from
-// --platform-token-file, runtime.PlatformTokenEnv or
+// --platform-token-file, gitops.PlatformTokenEnv or
 // spec.runtimeConfig.platformToken.
 func platformToken(file, env string, declared config.SecretSource) ([]byte, error) {
 	if env == "" {
-		env = runtime.PlatformTokenEnv
+		env = gitops.PlatformTokenEnv
 	}
 	return readToken("platform token", "--platform-token-file", "spec.runtimeConfig.platformToken", file, env, declared)
 }
@@ -669,11 +657,11 @@ func connectRuntimes(ctx context.Context, in *config.Installation, platform kube
 		if err != nil {
 			return nil, inputErr(fmt.Errorf("spec.runtimes[%d]: %w", i, err))
 		}
-		cl, err := runtime.Connect(ctx, fmt.Sprintf("spec.runtimes[%d] (%s): its cluster", i, rt.Name), rt.Cluster, platform, pc)
+		cl, err := gitops.Connect(ctx, fmt.Sprintf("spec.runtimes[%d] (%s): its cluster", i, rt.Name), rt.Cluster, platform, pc)
 		if err != nil {
 			return nil, err
 		}
-		if err := runtime.CheckPlace(ctx, p, rt.Name, cl, rt.Namespace); err != nil {
+		if err := gitops.CheckPlace(ctx, p, rt.Name, cl, rt.Namespace); err != nil {
 			return nil, inputErr(fmt.Errorf("spec.runtimes[%d]: %w", i, err))
 		}
 		token, err := gitToken("", "-", rt.GitToken)
@@ -687,7 +675,7 @@ func connectRuntimes(ctx context.Context, in *config.Installation, platform kube
 		}
 		d := declaredRuntime{index: i, runtime: rt, cluster: cl, token: token, ptoken: ptoken}
 		for j, mc := range rt.ManagedClusters {
-			ext, err := runtime.Connect(ctx, fmt.Sprintf("spec.runtimes[%d].managedClusters[%d] (%s)", i, j, mc.Name), mc.Cluster, platform, nil)
+			ext, err := gitops.Connect(ctx, fmt.Sprintf("spec.runtimes[%d].managedClusters[%d] (%s)", i, j, mc.Name), mc.Cluster, platform, nil)
 			if err != nil {
 				clear(token)
 				clear(ptoken)
@@ -704,8 +692,8 @@ func connectRuntimes(ctx context.Context, in *config.Installation, platform kube
 // after the platform and its runners, then its declared Git sources. It
 // stops at the first failure. Runtimes recorded but no longer declared are
 // left alone and named.
-func convergeRuntimes(ctx context.Context, l *Loaded, p *runtime.Platform, version string, declared []declaredRuntime, o runtime.Options, f RuntimeFetch) ([]runtime.Result, []string, error) {
-	var out []runtime.Result
+func convergeRuntimes(ctx context.Context, l *Loaded, p *gitops.Platform, version string, declared []declaredRuntime, o gitops.Options, f RuntimeFetch) ([]gitops.Result, []string, error) {
+	var out []gitops.Result
 	defer func() {
 		for _, d := range declared {
 			clear(d.token)
@@ -713,7 +701,7 @@ func convergeRuntimes(ctx context.Context, l *Loaded, p *runtime.Platform, versi
 		}
 	}()
 	for _, d := range declared {
-		res, err := installRuntime(ctx, l, p, version, runtime.Target{Runtime: d.runtime, Cluster: d.cluster, Ref: d.runtime.Cluster, Token: d.token, PlatformToken: d.ptoken}, o, f)
+		res, err := installRuntime(ctx, l, p, version, gitops.Target{Runtime: d.runtime, Cluster: d.cluster, Ref: d.runtime.Cluster, Token: d.token, PlatformToken: d.ptoken}, o, f)
 		if res != nil {
 			out = append(out, *res)
 		}
@@ -721,7 +709,7 @@ func convergeRuntimes(ctx context.Context, l *Loaded, p *runtime.Platform, versi
 			return out, nil, fmt.Errorf("spec.runtimes[%d]: %w", d.index, err)
 		}
 		for j, gs := range d.runtime.GitSources {
-			if _, err := runtime.AddGitSource(ctx, p, d.cluster, runtime.GitSourceOptions{Runtime: d.runtime.Name, Name: gs.Name, Repository: gs.Repository}, o); err != nil {
+			if _, err := gitops.AddGitSource(ctx, p, d.cluster, gitops.GitSourceOptions{Runtime: d.runtime.Name, Name: gs.Name, Repository: gs.Repository}, o); err != nil {
 				return out, nil, fmt.Errorf("spec.runtimes[%d].gitSources[%d]: %w", d.index, j, runtimeErr(err))
 			}
 		}
@@ -733,7 +721,7 @@ func convergeRuntimes(ctx context.Context, l *Loaded, p *runtime.Platform, versi
 		}
 	}
 	var undeclared []string
-	for _, n := range runtime.Names(p.State) {
+	for _, n := range gitops.Names(p.State) {
 		if !slices.ContainsFunc(declared, func(d declaredRuntime) bool { return d.runtime.Name == n }) {
 			undeclared = append(undeclared, n)
 		}
@@ -767,7 +755,7 @@ func (a *RuntimeClusterAdd) Run(ctx context.Context) (*managedcluster.Result, er
 		return nil, err
 	}
 	defer h.unlock()
-	ext, err := runtime.Connect(h.ctx, "managed cluster "+a.Name, a.External, a.Cluster, nil)
+	ext, err := gitops.Connect(h.ctx, "managed cluster "+a.Name, a.External, a.Cluster, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -817,7 +805,7 @@ func (a *RuntimeClusterRemove) Run(ctx context.Context) (*managedcluster.RemoveR
 	defer h.unlock()
 	var ext *kube.Cluster
 	if !a.External.IsPlatformCluster() {
-		if ext, err = runtime.Connect(h.ctx, "managed cluster "+a.Name, a.External, a.Cluster, nil); err != nil {
+		if ext, err = gitops.Connect(h.ctx, "managed cluster "+a.Name, a.External, a.Cluster, nil); err != nil {
 			return nil, fmt.Errorf("%w (leave out --context/--kubeconfig to remove the runtime's side only)", err)
 		}
 	}

@@ -19,10 +19,10 @@ import (
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
+	"onprem.dev/onprem/installer/gitops"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
-	"onprem.dev/onprem/installer/runtime"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 )
 
 // gitopsPlatform is the smallest platform runtimes belong to: the GitOps
@@ -52,7 +52,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	git := testservers.StartGit(t, token)
 	configURL := git.NewRepo(t, "config")
 	appsURL := git.NewRepo(t, "apps")
-	chartRepo := runtimetest.ServeOCI(t, "0.26.0")
+	chartRepo := gitopstest.ServeOCI(t, "0.26.0")
 	fetch := RuntimeFetch{ChartRepository: chartRepo}
 	fetch.Chart.PlainHTTP = true
 
@@ -63,11 +63,11 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	rref := config.ClusterRef{Kubeconfig: remote.Kubeconfig}
 	const platformToken = "platform-token-7c1e5b"
 	platformTokenPath := tokenFile(t, platformToken)
-	installWith := func(name string, ref config.ClusterRef, tokenPath, platformTokenPath string) (*runtime.Result, error) {
+	installWith := func(name string, ref config.ClusterRef, tokenPath, platformTokenPath string) (*gitops.Result, error) {
 		return (&RuntimeInstall{Source: src, Cluster: pcl, Name: name, RuntimeCluster: ref, TokenFile: tokenPath, TokenEnv: "-",
 			PlatformTokenFile: platformTokenPath, PlatformTokenEnv: "-", Fetch: fetch, Timeout: 2 * time.Minute}).Run(ctx)
 	}
-	install := func(name string, ref config.ClusterRef, tokenPath string) (*runtime.Result, error) {
+	install := func(name string, ref config.ClusterRef, tokenPath string) (*gitops.Result, error) {
 		return installWith(name, ref, tokenPath, platformTokenPath)
 	}
 	target := Target{Cluster: pcl, ConfigPath: src.ConfigPath}
@@ -90,7 +90,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	if _, err := remote.Client.CoreV1().Namespaces().Get(ctx, "codefresh", metav1.GetOptions{}); err == nil {
 		t.Error("a refused token left the runtime's namespace behind")
 	}
-	if secrets, _ := remote.Client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{LabelSelector: runtime.LabelRuntime}); len(secrets.Items) != 0 {
+	if secrets, _ := remote.Client.CoreV1().Secrets("").List(ctx, metav1.ListOptions{LabelSelector: gitops.LabelRuntime}); len(secrets.Items) != 0 {
 		t.Errorf("a refused token left Secrets behind: %d", len(secrets.Items))
 	}
 	if len(records()) != 0 {
@@ -216,7 +216,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	}
 
 	// Git sources: an Application each.
-	gs, err := (&GitSourceAdd{Target: target, Source: runtime.GitSourceOptions{Runtime: "codefresh", Name: "apps",
+	gs, err := (&GitSourceAdd{Target: target, Source: gitops.GitSourceOptions{Runtime: "codefresh", Name: "apps",
 		Repository: config.GitRepository{URL: appsURL, Path: "prod"}}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +228,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, err := dc.Resource(runtime.Applications).Namespace("codefresh").Get(ctx, "apps", metav1.GetOptions{})
+	app, err := dc.Resource(gitops.Applications).Namespace("codefresh").Get(ctx, "apps", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,13 +237,13 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	}
 	// As the upstream runtime expects it: in the runtime's project, which
 	// exists, labelled as a Git source.
-	if project, _, _ := unstructured.NestedString(app.Object, "spec", "project"); project != "codefresh" || app.GetLabels()[runtime.LabelEntity] != runtime.EntityGitSource {
+	if project, _, _ := unstructured.NestedString(app.Object, "spec", "project"); project != "codefresh" || app.GetLabels()[gitops.LabelEntity] != gitops.EntityGitSource {
 		t.Errorf("Application project %q, labels %v", project, app.GetLabels())
 	}
-	if _, err := dc.Resource(runtime.AppProjects).Namespace("codefresh").Get(ctx, "codefresh", metav1.GetOptions{}); err != nil {
+	if _, err := dc.Resource(gitops.AppProjects).Namespace("codefresh").Get(ctx, "codefresh", metav1.GetOptions{}); err != nil {
 		t.Errorf("the runtime's AppProject: %v", err)
 	}
-	if _, err := (&GitSourceAdd{Target: target, Source: runtime.GitSourceOptions{Runtime: "codefresh", Name: "nowhere",
+	if _, err := (&GitSourceAdd{Target: target, Source: gitops.GitSourceOptions{Runtime: "codefresh", Name: "nowhere",
 		Repository: config.GitRepository{URL: git.URL + "/missing.git"}}}).Run(ctx); err == nil {
 		t.Error("a git source in a repository that does not exist was accepted")
 	}

@@ -5,7 +5,7 @@
 // release and Deployments, and its removal.
 //
 // Each kind keeps its own record in the installation's state, its own
-// rules (installer/runner, installer/runtime) and its own objects; an
+// rules (installer/runner, installer/gitops) and its own objects; an
 // Attachment names what this package needs of one.
 package attachment
 

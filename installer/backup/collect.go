@@ -91,7 +91,7 @@ type Registrations struct {
 // platform's own cluster (reached however onprem reaches the platform).
 func OnPlatformCluster(kubeconfig, context string) bool { return kubeconfig == "" && context == "" }
 
-// Labels of the objects of runtimes (installer/runtime, installer/managedcluster).
+// Labels of the objects of runtimes (installer/gitops, installer/managedcluster).
 const (
 	labelGitSource      = "onprem.dev/git-source"
 	labelRuntime        = "onprem.dev/runtime"

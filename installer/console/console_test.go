@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/runner"
-	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/preflight"
@@ -44,7 +44,7 @@ func (f *fakeSource) Attachments(context.Context) (*Attachments, error) {
 		Runners: &action.RunnerListResult{Namespace: "onprem", Runners: []runner.Status{{Name: "gpu", Server: "https://10.0.0.9:6443", Namespace: "onprem-runner-gpu",
 			Version: "2.8.0", Reachable: true, Release: "deployed", Agent: runner.Readiness{Ready: 1, Desired: 1}, Engine: runner.Readiness{Ready: 1, Desired: 1}, Ready: true}}},
 		Runtimes: &action.RuntimeListResult{Namespace: "onprem", Repository: "https://git.example.com/cfg.git", ConfigRuntime: "edge",
-			Runtimes: []runtime.Status{{Name: "edge", Server: "https://10.0.0.7:6443", Namespace: "edge", Version: "2.8.0", Chart: "gitops-runtime-0.26.0",
+			Runtimes: []gitops.Status{{Name: "edge", Server: "https://10.0.0.7:6443", Namespace: "edge", Version: "2.8.0", Chart: "gitops-runtime-0.26.0",
 				Problem: "unreachable: dial tcp 10.0.0.7:6443: i/o timeout"}}},
 	}, nil
 }

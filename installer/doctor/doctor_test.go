@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/installer/fault"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/runner"
-	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/snapshot"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/preflight"
@@ -70,8 +70,8 @@ func TestAnalyzersReadLogsRecordsAndAttachments(t *testing.T) {
 		{Revision: 4, Status: "failed", Chart: "service", ChartVersion: "2.9.0", Description: "context deadline exceeded"}}}}
 	s.Attachments = &snapshot.Attachments{
 		Runners:    []runner.Status{{Name: "gpu", Reachable: false, Problem: "the cluster at https://10.0.0.9:6443 does not answer"}, {Name: "ok", Ready: true}},
-		Runtimes:   []runtime.Status{{Name: "prod", Reachable: true, Workloads: map[string]string{"argocd-server": "0/1"}}},
-		GitSources: []runtime.GitSource{{Name: "apps", Runtime: "prod", URL: "https://git.example.com/apps.git", Health: "Degraded", Sync: "OutOfSync"}},
+		Runtimes:   []gitops.Status{{Name: "prod", Reachable: true, Workloads: map[string]string{"argocd-server": "0/1"}}},
+		GitSources: []gitops.GitSource{{Name: "apps", Runtime: "prod", URL: "https://git.example.com/apps.git", Health: "Degraded", Sync: "OutOfSync"}},
 	}
 	s.Preflight = &preflight.Report{Findings: []preflight.Finding{
 		{ID: "cluster.capacity", Outcome: preflight.Outcome{Result: preflight.Fail, Message: "2 CPUs short", Remediation: "add a node"}},

@@ -58,7 +58,7 @@ type Release struct {
 	// Runtime is the GitOps runtime's chart (Argo CD, Workflows, Rollouts,
 	// Events and app-proxy): an upstream chart in a remote chart
 	// repository, fetched with the Helm SDK ('onprem runtime install' or
-	// spec.runtimes[]; installer/runtime). Its images are the ones its
+	// spec.runtimes[]; installer/gitops). Its images are the ones its
 	// render holds with the release's values (render.ReleaseImages), not a
 	// list kept here; bundles carry the chart and those images.
 	Runtime    *RemoteChart `json:"runtime,omitempty"`

@@ -15,7 +15,7 @@ import (
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/internal/fsutil"
 )
 
@@ -49,7 +49,7 @@ func BenchmarkRenderRuntimeUpstream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	o := RuntimeOptions{Installation: in, Release: rel, Runtime: rt, Chart: runtimetest.Upstream(b, rel.Runtime.ChartVersion)}
+	o := RuntimeOptions{Installation: in, Release: rel, Runtime: rt, Chart: gitopstest.Upstream(b, rel.Runtime.ChartVersion)}
 	mode.set(in, &o)
 	ctx := context.Background()
 	b.ReportAllocs()

@@ -15,14 +15,14 @@ import (
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 )
 
 func fixtureChart(t testing.TB, version string) *chartv2.Chart {
 	t.Helper()
-	ch, err := charts.LoadFrom(os.DirFS("../runtime/testdata"), "gitops-runtime")
+	ch, err := charts.LoadFrom(os.DirFS("../gitops/testdata"), "gitops-runtime")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,7 @@ func TestRuntimeBadInput(t *testing.T) {
 		return &rc
 	}
 	fixture := fixtureChart(t, rel.Runtime.ChartVersion)
-	missing := charts.Clone(runtimetest.Upstream(t, "0.26.0"))
+	missing := charts.Clone(gitopstest.Upstream(t, "0.26.0"))
 	var subs []*chartv2.Chart
 	for _, d := range missing.Dependencies() {
 		if d.Name() != "argo-cd" {

@@ -33,13 +33,13 @@ import (
 
 	"onprem.dev/onprem/charts"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/images"
 	"onprem.dev/onprem/installer/release"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 )
 
 // The GitOps runtimes of the shipped releases, rendered from the real
-// upstream chart packages (runtimetest.Upstream). Rendering the real chart
+// upstream chart packages (gitopstest.Upstream). Rendering the real chart
 // is slow (its templates deep-copy their whole context, chart files
 // included, dozens of times: seconds per render), so each release and
 // mode is rendered once per test binary and shared by every test below.
@@ -159,7 +159,7 @@ func renderUpstream(t testing.TB, rel *release.Release, mode upstreamMode) *upst
 		in.Spec.RuntimeConfig.Repository = config.GitRepository{URL: "https://git.example.com/platform/gitops.git", Branch: "main"}
 		in.Spec.RuntimeConfig.AccountID = "64f0c1d2e3a4b5c6d7e8f901"
 		o := RuntimeOptions{Installation: in, Release: rel, Runtime: config.Runtime{Name: "edge"},
-			Chart: runtimetest.Upstream(t, rel.Runtime.ChartVersion)}
+			Chart: gitopstest.Upstream(t, rel.Runtime.ChartVersion)}
 		mode.set(in, &o)
 		var c *Component
 		rt, err := RuntimeDefaults(o.Runtime)
@@ -208,7 +208,7 @@ func helmReference(t testing.TB, version, releaseName, namespace string, values 
 	t.Helper()
 	dir := os.Getenv("ONPREM_CACHE")
 	if dir == "" {
-		return helmRender(t, runtimetest.Upstream(t, version), releaseName, namespace, values)
+		return helmRender(t, gitopstest.Upstream(t, version), releaseName, namespace, values)
 	}
 	h := sha256.New()
 	vals, err := json.Marshal(values)
@@ -216,7 +216,7 @@ func helmReference(t testing.TB, version, releaseName, namespace string, values 
 		t.Fatal(err)
 	}
 	fmt.Fprintf(h, "helm %s\x00%s\x00%s\x00", helmSDKVersion(), releaseName, namespace)
-	h.Write(runtimetest.UpstreamArchive(t, version))
+	h.Write(gitopstest.UpstreamArchive(t, version))
 	h.Write(vals)
 	path := filepath.Join(dir, "render-reference", hex.EncodeToString(h.Sum(nil))+".json")
 	if data, err := os.ReadFile(path); err == nil {
@@ -229,7 +229,7 @@ func helmReference(t testing.TB, version, releaseName, namespace string, values 
 			return out
 		}
 	}
-	out := helmRender(t, runtimetest.Upstream(t, version), releaseName, namespace, values)
+	out := helmRender(t, gitopstest.Upstream(t, version), releaseName, namespace, values)
 	objs := make([]map[string]any, len(out))
 	for i, o := range out {
 		objs[i] = o.Object
@@ -964,7 +964,7 @@ func missingPaths(c *chartv2.Chart, rc *release.RemoteChart) []string {
 func TestRuntimeContractPathsExist(t *testing.T) {
 	for _, u := range shippedRuntimes(t) {
 		rc := u.release.Runtime
-		c := runtimetest.Upstream(t, rc.ChartVersion)
+		c := gitopstest.Upstream(t, rc.ChartVersion)
 		if missing := missingPaths(c, rc); len(missing) > 0 {
 			t.Errorf("%s: values paths the chart does not have: %v", u, missing)
 		} else {
@@ -973,7 +973,7 @@ func TestRuntimeContractPathsExist(t *testing.T) {
 	}
 	stale := &release.RemoteChart{Contract: map[string]string{release.ContractRuntimeName: "global.runtime.name"},
 		PullSecrets: []release.ValuesList{{Path: "cf-argocd-extras.eventReporter.container.image.registry", Format: release.ListOfNames}}}
-	if got := missingPaths(runtimetest.Upstream(t, "0.26.0"), stale); !slices.Equal(got, []string{"cf-argocd-extras.eventReporter.container.image.registry"}) {
+	if got := missingPaths(gitopstest.Upstream(t, "0.26.0"), stale); !slices.Equal(got, []string{"cf-argocd-extras.eventReporter.container.image.registry"}) {
 		t.Errorf("a path 0.26.0 does not have: missing = %v", got)
 	}
 }

@@ -3,72 +3,25 @@ package runner
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/state"
 )
 
-// ClusterOptions says how to reach a runner's cluster named by ref, given
-// how onprem reaches the platform's: the runner's kubeconfig (default: the
-// platform's) and context (default: that kubeconfig's current one). same
-// is true when ref names the platform's own cluster (neither set).
-func ClusterOptions(ref config.ClusterRef, platform kube.Options) (o kube.Options, same bool) {
-	if ref.IsPlatformCluster() {
-		return platform, true
-	}
-	o = kube.Options{Kubeconfig: ref.Kubeconfig, Context: ref.Context, Timeout: platform.Timeout}
-	if o.Kubeconfig == "" {
-		o.Kubeconfig = platform.Kubeconfig
-	}
-	return o, false
-}
-
 // Connect reaches a runner's cluster: the platform's connection itself when
-// ref names no other cluster. An unreachable cluster comes back as the
-// *kube.UnreachableError (or *kube.AuthError) of kube.Connect, which names
-// the kubeconfig, the context and the server, wrapped with the runner's
-// name.
+// ref names no other cluster (attachment.ConnectRef). An unreachable cluster
+// comes back as the *kube.UnreachableError (or *kube.AuthError) of
+// kube.Connect, which names the kubeconfig, the context and the server,
+// wrapped with the runner's name.
 func Connect(ctx context.Context, name string, ref config.ClusterRef, platform kube.Options, platformCluster *kube.Cluster) (*kube.Cluster, error) {
-	cl, err := ConnectRef(ctx, ref, platform, platformCluster)
-	if err != nil {
-		return nil, fmt.Errorf("runner %s: its cluster (%s): %w", name, describeRef(ref), err)
-	}
-	return cl, nil
-}
-
-// ConnectRef reaches the cluster ref names (see ClusterOptions): the
-// platform's connection itself when ref names no other cluster, else a
-// new one. Its error is kube.Connect's, for the caller to say what the
-// cluster was for (runner.Connect, runtime.Connect): runners and runtimes
-// reach their clusters through this one function.
-func ConnectRef(ctx context.Context, ref config.ClusterRef, platform kube.Options, platformCluster *kube.Cluster) (*kube.Cluster, error) {
-	o, same := ClusterOptions(ref, platform)
-	if same && platformCluster != nil {
-		return platformCluster, nil
-	}
-	return kube.Connect(ctx, o)
-}
-
-func describeRef(ref config.ClusterRef) string {
-	var parts []string
-	if ref.Kubeconfig != "" {
-		parts = append(parts, "kubeconfig "+ref.Kubeconfig)
-	}
-	if ref.Context != "" {
-		parts = append(parts, fmt.Sprintf("context %q", ref.Context))
-	}
-	if len(parts) == 0 {
-		return "the platform's cluster"
-	}
-	return strings.Join(parts, ", ")
+	return attachment.Connect(ctx, fmt.Sprintf("runner %s: its cluster (%s)", name, attachment.DescribeRef(ref)), ref, platform, platformCluster)
 }
 
 // RecordRef is the cluster reference recorded for a runner.
@@ -76,34 +29,13 @@ func RecordRef(rec state.Runner) config.ClusterRef {
 	return config.ClusterRef{Kubeconfig: rec.Kubeconfig, Context: rec.Context}
 }
 
-// ConflictError refuses a runner that would clash with another, or with
-// the platform: nothing was touched.
-type ConflictError struct{ Msg string }
-
-func (e *ConflictError) Error() string { return e.Msg }
-
-// NotFoundError: no runner of that name is recorded.
-type NotFoundError struct {
-	Name  string
-	Known []string
-}
-
-func (e *NotFoundError) Error() string {
-	if len(e.Known) == 0 {
-		return fmt.Sprintf("no runner %q is registered with this installation (it has none)", e.Name)
-	}
-	return fmt.Sprintf("no runner %q is registered with this installation; its runners: %s", e.Name, strings.Join(e.Known, ", "))
+// NotFound says that no runner called name is recorded in st.
+func NotFound(st *state.State, name string) *attachment.NotFoundError {
+	return &attachment.NotFoundError{Kind: "runner", Recorded: "registered with", Name: name, Known: Names(st)}
 }
 
 // Names lists the recorded runners, sorted.
-func Names(st *state.State) []string {
-	names := make([]string, 0, len(st.Runners))
-	for n := range st.Runners {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func Names(st *state.State) []string { return attachment.Names(st.Runners) }
 
 // CheckPlace refuses a runner called name on the cluster of server in
 // namespace when the name is taken by a runner somewhere else (names are
@@ -112,19 +44,12 @@ func Names(st *state.State) []string {
 // name at the same place is a re-install: allowed.
 func CheckPlace(p *Platform, name, server, namespace string) error {
 	engineNS := config.RunnerEngineNamespace(namespace)
-	where := func(r state.Runner) string {
-		s := "the cluster at " + r.Server
-		if r.Context != "" {
-			s += fmt.Sprintf(" (context %q)", r.Context)
-		}
-		return s + " in namespace " + r.Namespace
-	}
 	if rec, ok := p.State.Runners[name]; ok && (rec.Server != server || rec.Namespace != namespace) {
-		return &ConflictError{fmt.Sprintf("runner %s is already installed on %s: runner names are unique in an installation; "+
-			"choose another name, or remove it first with 'onprem runner uninstall %s'", name, where(rec), name)}
+		return &attachment.ConflictError{Msg: fmt.Sprintf("runner %s is already installed on %s: runner names are unique in an installation; "+
+			"choose another name, or remove it first with 'onprem runner uninstall %s'", name, attachment.Place{Server: rec.Server, Context: rec.Context, Namespace: rec.Namespace}.Where(), name)}
 	}
 	if server == p.Cluster.Server && (namespace == p.Namespace || engineNS == p.Namespace) {
-		return &ConflictError{fmt.Sprintf("runner %s: namespace %s is the platform's own: give the runner a namespace of its own (the default is %s%s)",
+		return &attachment.ConflictError{Msg: fmt.Sprintf("runner %s: namespace %s is the platform's own: give the runner a namespace of its own (the default is %s%s)",
 			name, p.Namespace, config.RunnerNamespacePrefix, name)}
 	}
 	for _, other := range Names(p.State) {
@@ -134,7 +59,7 @@ func CheckPlace(p *Platform, name, server, namespace string) error {
 		}
 		for _, mine := range []string{namespace, engineNS} {
 			if mine == rec.Namespace || mine == rec.EngineNamespace {
-				return &ConflictError{fmt.Sprintf("runner %s: namespace %s on %s is runner %s's: give each runner its own namespace", name, mine, server, other)}
+				return &attachment.ConflictError{Msg: fmt.Sprintf("runner %s: namespace %s on %s is runner %s's: give each runner its own namespace", name, mine, server, other)}
 			}
 		}
 	}
@@ -165,7 +90,7 @@ func ensureNamespace(ctx context.Context, cl *kube.Cluster, name, runner, level 
 	case cur.DeletionTimestamp != nil:
 		return fmt.Errorf("runner %s: namespace %s is being deleted (an uninstall?): wait until it is gone, then run again", runner, name)
 	case cur.Labels[LabelRunner] != "" && cur.Labels[LabelRunner] != runner:
-		return &ConflictError{fmt.Sprintf("runner %s: namespace %s belongs to runner %s (label %s): give each runner its own namespace",
+		return &attachment.ConflictError{Msg: fmt.Sprintf("runner %s: namespace %s belongs to runner %s (label %s): give each runner its own namespace",
 			runner, name, cur.Labels[LabelRunner], LabelRunner)}
 	}
 	labels := map[string]string{

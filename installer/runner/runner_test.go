@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/state"
 )
@@ -139,26 +139,13 @@ func TestCheckPlace(t *testing.T) {
 		{"a", "https://platform", "ci", ""},
 	} {
 		err := CheckPlace(p, c.name, c.server, c.ns)
-		var ce *ConflictError
+		var ce *attachment.ConflictError
 		switch {
 		case c.want == "" && err != nil:
 			t.Errorf("%s at %s/%s: %v", c.name, c.server, c.ns, err)
 		case c.want != "" && (!errors.As(err, &ce) || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s at %s/%s: %v, want %q", c.name, c.server, c.ns, err, c.want)
 		}
-	}
-}
-
-func TestClusterOptions(t *testing.T) {
-	platform := kube.Options{Kubeconfig: "/k/platform", Context: "p"}
-	if o, same := ClusterOptions(config.ClusterRef{}, platform); !same || o != platform {
-		t.Errorf("empty ref: %+v %v", o, same)
-	}
-	if o, same := ClusterOptions(config.ClusterRef{Context: "gpu"}, platform); same || o.Kubeconfig != "/k/platform" || o.Context != "gpu" {
-		t.Errorf("context only: %+v", o)
-	}
-	if o, _ := ClusterOptions(config.ClusterRef{Kubeconfig: "/k/gpu"}, platform); o.Kubeconfig != "/k/gpu" || o.Context != "" {
-		t.Errorf("kubeconfig only: %+v", o)
 	}
 }
 

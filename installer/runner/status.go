@@ -65,14 +65,8 @@ func Unreachable(name string, rec state.Runner, err error) Status {
 // fails: what it cannot read is said in Problem.
 func Observe(ctx context.Context, cl *kube.Cluster, name string, rec state.Runner) Status {
 	s := Recorded(name, rec)
-	if cl.Server != rec.Server {
-		s.Problem = "the cluster reached is at " + cl.Server + ", not the runner's " + rec.Server
+	if !s.observed(attachmentOf(name, rec).Observe(ctx, cl, rec.Server)) {
 		return s
-	}
-	s.Reachable = true
-	var revision int
-	if s.Release, revision, s.Problem = attachmentOf(name, rec).ReleaseState(ctx, cl); revision > 0 {
-		s.Revision = revision
 	}
 	read := func(ns, dep string) Readiness {
 		d, err := cl.Client.AppsV1().Deployments(ns).Get(ctx, dep, metav1.GetOptions{})
@@ -88,4 +82,14 @@ func Observe(ctx context.Context, cl *kube.Cluster, name string, rec state.Runne
 	s.Engine = read(rec.EngineNamespace, EngineDeployment)
 	s.Ready = s.Agent.OK() && s.Engine.OK()
 	return s
+}
+
+// observed takes in what attachment.Observe read, and says whether the
+// runner's cluster was reached.
+func (s *Status) observed(o attachment.Observed) bool {
+	s.Reachable, s.Release, s.Problem = o.Reachable, o.Release, o.Problem
+	if o.Revision > 0 {
+		s.Revision = o.Revision
+	}
+	return o.Reachable
 }

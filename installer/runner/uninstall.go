@@ -7,7 +7,6 @@ import (
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
-	"onprem.dev/onprem/installer/state"
 )
 
 // UninstallResult is what an uninstall removed.
@@ -23,7 +22,7 @@ type UninstallResult = attachment.Removal
 func Uninstall(ctx context.Context, p *Platform, name string, cl *kube.Cluster, o Options) (*UninstallResult, error) {
 	rec, ok := p.State.Runners[name]
 	if !ok {
-		return nil, &NotFoundError{Name: name, Known: Names(p.State)}
+		return nil, NotFound(p.State, name)
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = apply.DefaultTimeout
@@ -33,11 +32,11 @@ func Uninstall(ctx context.Context, p *Platform, name string, cl *kube.Cluster, 
 		out.Kept = append(out.Kept, fmt.Sprintf("everything on the runner's cluster (%s, namespaces %s and %s)", rec.Server, rec.Namespace, rec.EngineNamespace))
 	} else {
 		if cl.Server != rec.Server {
-			return nil, &ConflictError{fmt.Sprintf("runner %s runs on the cluster at %s, but the cluster given reaches %s: "+
+			return nil, &attachment.ConflictError{Msg: fmt.Sprintf("runner %s runs on the cluster at %s, but the cluster given reaches %s: "+
 				"give its kubeconfig and context (--runner-kubeconfig, --runner-context), or --forget it if that cluster is gone",
 				name, rec.Server, cl.Server)}
 		}
-		if err := removeRemote(ctx, cl, name, rec, o, out); err != nil {
+		if err := attachmentOf(name, rec).RemoveInto(ctx, cl, o.Timeout, o.Reporter, out); err != nil {
 			return out, err
 		}
 	}
@@ -52,11 +51,4 @@ func Uninstall(ctx context.Context, p *Platform, name string, cl *kube.Cluster, 
 	}
 	out.Removed = append(out.Removed, "its record in the installation's state")
 	return out, nil
-}
-
-func removeRemote(ctx context.Context, cl *kube.Cluster, name string, rec state.Runner, o Options, out *UninstallResult) error {
-	removed, kept, err := attachmentOf(name, rec).Remove(ctx, cl, o.Timeout, o.Reporter)
-	out.Removed = append(out.Removed, removed...)
-	out.Kept = append(out.Kept, kept...)
-	return err
 }

@@ -23,9 +23,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 
 	"onprem.dev/onprem/installer/certs"
+	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/managedcluster"
 	"onprem.dev/onprem/installer/runner"
-	"onprem.dev/onprem/installer/runtime"
 	"onprem.dev/onprem/installer/state"
 	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/preflight"
@@ -212,8 +212,8 @@ type Health struct {
 // with their health (never a token).
 type Attachments struct {
 	Runners         []runner.Status                    `json:"runners,omitempty"`
-	Runtimes        []runtime.Status                   `json:"runtimes,omitempty"`
-	GitSources      []runtime.GitSource                `json:"gitSources,omitempty"`
+	Runtimes        []gitops.Status                    `json:"runtimes,omitempty"`
+	GitSources      []gitops.GitSource                 `json:"gitSources,omitempty"`
 	ManagedClusters map[string][]managedcluster.Status `json:"managedClusters,omitempty"`
 	// Problems are what could not be read, per runtime or runner.
 	Problems []string `json:"problems,omitempty"`

@@ -130,7 +130,7 @@ type State struct {
 	// (names are unique across the installation). Their registration
 	// tokens are not here: they live in Secrets only.
 	Runners map[string]Runner `json:"runners,omitempty"`
-	// Runtimes are the GitOps runtimes, by name (installer/runtime). Their
+	// Runtimes are the GitOps runtimes, by name (installer/gitops). Their
 	// Git token is never recorded: it lives only in a Secret on the
 	// runtime's cluster.
 	Runtimes map[string]Runtime `json:"runtimes,omitempty"`
@@ -188,7 +188,7 @@ type Runner struct {
 	UpdatedAt    time.Time `json:"updatedAt,omitzero"`
 }
 
-// Runtime is the record of one GitOps runtime (installer/runtime).
+// Runtime is the record of one GitOps runtime (installer/gitops).
 type Runtime struct {
 	// Server, Kubeconfig and Context: as for Runner.
 	Server       string `json:"server"`

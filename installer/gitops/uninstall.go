@@ -1,4 +1,4 @@
-package runtime
+package gitops
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
-	"onprem.dev/onprem/installer/state"
 )
 
 // UninstallResult is what an uninstall removed.
@@ -17,7 +16,7 @@ type UninstallResult = attachment.Removal
 // runtimes exist, naming the command that moves the designation first.
 func CheckUninstall(p *Platform, name string) error {
 	if _, ok := p.State.Runtimes[name]; !ok {
-		return &NotFoundError{Name: name, Known: Names(p.State)}
+		return NotFound(p.State, name)
 	}
 	rc := p.State.RuntimeConfig
 	if rc == nil || rc.ConfigRuntime != name || len(p.State.Runtimes) == 1 {
@@ -29,7 +28,7 @@ func CheckUninstall(p *Platform, name string) error {
 			others = append(others, n)
 		}
 	}
-	return &ConflictError{fmt.Sprintf("runtime %s holds the configuration of all runtimes, and runtimes %v still use it: "+
+	return &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s holds the configuration of all runtimes, and runtimes %v still use it: "+
 		"designate another one first with 'onprem runtime designate-config %s', then uninstall %s", name, others, others[0], name)}
 }
 
@@ -52,10 +51,10 @@ func Uninstall(ctx context.Context, p *Platform, name string, cl *kube.Cluster, 
 		out.Kept = append(out.Kept, fmt.Sprintf("everything on the runtime's cluster (%s, namespace %s)", rec.Server, rec.Namespace))
 	} else {
 		if cl.Server != rec.Server {
-			return nil, &ConflictError{fmt.Sprintf("runtime %s runs on the cluster at %s, but the cluster given reaches %s: "+
+			return nil, &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s runs on the cluster at %s, but the cluster given reaches %s: "+
 				"give its kubeconfig and context, or --forget it if that cluster is gone", name, rec.Server, cl.Server)}
 		}
-		if err := removeFromCluster(ctx, cl, name, rec, o, out); err != nil {
+		if err := attachmentOf(name, rec).RemoveInto(ctx, cl, o.Timeout, o.Reporter, out); err != nil {
 			return out, err
 		}
 	}
@@ -74,11 +73,4 @@ func Uninstall(ctx context.Context, p *Platform, name string, cl *kube.Cluster, 
 		out.Kept = append(out.Kept, "the configuration repository "+rcBefore.URL+" and its content")
 	}
 	return out, nil
-}
-
-func removeFromCluster(ctx context.Context, cl *kube.Cluster, name string, rec state.Runtime, o Options, out *UninstallResult) error {
-	removed, kept, err := attachmentOf(name, rec).Remove(ctx, cl, o.Timeout, o.Reporter)
-	out.Removed = append(out.Removed, removed...)
-	out.Kept = append(out.Kept, kept...)
-	return err
 }

@@ -1,9 +1,10 @@
-package runtime
+package gitops
 
 import (
 	"context"
 	"fmt"
 
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
 	"onprem.dev/onprem/installer/kube"
@@ -27,14 +28,14 @@ type DesignateResult struct {
 func Designate(ctx context.Context, p *Platform, name string, cl *kube.Cluster, o Options) (*DesignateResult, error) {
 	rec, ok := p.State.Runtimes[name]
 	if !ok {
-		return nil, &NotFoundError{Name: name, Known: Names(p.State)}
+		return nil, NotFound(p.State, name)
 	}
 	rc := p.State.RuntimeConfig
 	if rc == nil || rc.URL == "" {
 		return nil, fmt.Errorf("runtime %s: the installation records no configuration repository: run 'onprem runtime upgrade %s' to record it", name, name)
 	}
 	if cl.Server != rec.Server {
-		return nil, &ConflictError{fmt.Sprintf("runtime %s runs on the cluster at %s, but the cluster given reaches %s", name, rec.Server, cl.Server)}
+		return nil, &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s runs on the cluster at %s, but the cluster given reaches %s", name, rec.Server, cl.Server)}
 	}
 	token, err := readToken(ctx, cl, rec.Namespace)
 	if err != nil {

@@ -1,10 +1,10 @@
-// Package runtimetest gives the tests of every ring the runtime chart: the
+// Package gitopstest gives the tests of every ring the runtime chart: the
 // real published packages (Upstream, read from ../shared/upstream beside
 // the checkout) and a small fixture chart of onprem's own
-// (installer/runtime/testdata/gitops-runtime) for unit tests, each served
+// (installer/gitops/testdata/gitops-runtime) for unit tests, each served
 // from a chart repository on loopback the way an operator's mirror serves
 // the upstream one.
-package runtimetest
+package gitopstest
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ func Chart(t testing.TB, version string) *chartv2.Chart {
 	t.Helper()
 	ch, err := charts.LoadFrom(os.DirFS(Dir()), ChartName)
 	if err != nil {
-		t.Fatalf("runtimetest: %v", err)
+		t.Fatalf("gitopstest: %v", err)
 	}
 	ch.Metadata.Version = version
 	return ch
@@ -50,7 +50,7 @@ func Archive(t testing.TB, version string) []byte {
 	t.Helper()
 	path, err := chartutil.Save(Chart(t, version), t.TempDir())
 	if err != nil {
-		t.Fatalf("runtimetest: packaging the fixture chart: %v", err)
+		t.Fatalf("gitopstest: packaging the fixture chart: %v", err)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -74,11 +74,11 @@ func serveOCI(t testing.TB, what string, archive func(testing.TB, string) []byte
 	host := testservers.Registry(t)
 	client, err := registry.NewClient(registry.ClientOptPlainHTTP())
 	if err != nil {
-		t.Fatalf("runtimetest: registry client: %v", err)
+		t.Fatalf("gitopstest: registry client: %v", err)
 	}
 	for _, v := range versions {
 		if _, err := client.Push(archive(t, v), host+"/charts/"+ChartName+":"+v); err != nil {
-			t.Fatalf("runtimetest: pushing %s %s: %v", what, v, err)
+			t.Fatalf("gitopstest: pushing %s %s: %v", what, v, err)
 		}
 	}
 	return "oci://" + host + "/charts"
@@ -107,13 +107,13 @@ func UpstreamPath(t testing.TB, version string) string {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatalf("runtimetest: no go.mod above the test's folder: the real runtime chart is found from the repository's root")
+			t.Fatalf("gitopstest: no go.mod above the test's folder: the real runtime chart is found from the repository's root")
 		}
 		dir = parent
 	}
 	p := filepath.Join(dir, filepath.FromSlash(upstreamDir), ChartName+"-"+version+".tgz")
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("runtimetest: the real runtime chart %s %s: %v (the published packages are test data beside the checkout, in %s; CI has them)", ChartName, version, err, upstreamDir)
+		t.Fatalf("gitopstest: the real runtime chart %s %s: %v (the published packages are test data beside the checkout, in %s; CI has them)", ChartName, version, err, upstreamDir)
 	}
 	return p
 }
@@ -145,7 +145,7 @@ func Upstream(t testing.TB, version string) *chartv2.Chart {
 	}
 	c, err := loader.LoadArchive(bytes.NewReader(UpstreamArchive(t, version)))
 	if err != nil {
-		t.Fatalf("runtimetest: loading the real runtime chart %s: %v", version, err)
+		t.Fatalf("gitopstest: loading the real runtime chart %s: %v", version, err)
 	}
 	upstreamCharts[version] = c
 	return c

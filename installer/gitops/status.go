@@ -1,4 +1,4 @@
-package runtime
+package gitops
 
 import (
 	"context"
@@ -59,14 +59,8 @@ func Unreachable(st *state.State, name string, err error) Status {
 func Observe(ctx context.Context, cl *kube.Cluster, st *state.State, name string) Status {
 	s := Recorded(st, name)
 	rec := st.Runtimes[name]
-	if cl.Server != rec.Server {
-		s.Problem = "the cluster reached is at " + cl.Server + ", not the runtime's " + rec.Server
+	if !s.observed(attachmentOf(name, rec).Observe(ctx, cl, rec.Server)) {
 		return s
-	}
-	s.Reachable = true
-	var revision int
-	if s.Release, revision, s.Problem = attachmentOf(name, rec).ReleaseState(ctx, cl); revision > 0 {
-		s.Revision = revision
 	}
 	deps, err := cl.Client.AppsV1().Deployments(rec.Namespace).List(ctx, metav1.ListOptions{LabelSelector: render.ComponentLabel + "=" + rec.Release})
 	if err != nil {
@@ -86,4 +80,14 @@ func Observe(ctx context.Context, cl *kube.Cluster, st *state.State, name string
 		}
 	}
 	return s
+}
+
+// observed takes in what attachment.Observe read, and says whether the
+// runtime's cluster was reached.
+func (s *Status) observed(o attachment.Observed) bool {
+	s.Reachable, s.Release, s.Problem = o.Reachable, o.Release, o.Problem
+	if o.Revision > 0 {
+		s.Revision = o.Revision
+	}
+	return o.Reachable
 }

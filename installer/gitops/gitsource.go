@@ -1,4 +1,4 @@
-package runtime
+package gitops
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
 	"onprem.dev/onprem/installer/kube"
@@ -94,13 +95,13 @@ func checkSource(o GitSourceOptions) error {
 func AddGitSource(ctx context.Context, p *Platform, cl *kube.Cluster, o GitSourceOptions, opts Options) (*GitSource, error) {
 	rec, ok := p.State.Runtimes[o.Runtime]
 	if !ok {
-		return nil, &NotFoundError{Name: o.Runtime, Known: Names(p.State)}
+		return nil, NotFound(p.State, o.Runtime)
 	}
 	if err := checkSource(o); err != nil {
 		return nil, err
 	}
 	if cl.Server != rec.Server {
-		return nil, &ConflictError{fmt.Sprintf("runtime %s runs on the cluster at %s, but the cluster given reaches %s", o.Runtime, rec.Server, cl.Server)}
+		return nil, &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s runs on the cluster at %s, but the cluster given reaches %s", o.Runtime, rec.Server, cl.Server)}
 	}
 	token, err := readToken(ctx, cl, rec.Namespace)
 	if err != nil {
@@ -126,7 +127,7 @@ func AddGitSource(ctx context.Context, p *Platform, cl *kube.Cluster, o GitSourc
 	case err != nil:
 		return nil, fmt.Errorf("git source %s: reading Application %s/%s: %w", o.Name, rec.Namespace, o.Name, err)
 	case !onpremGitSource(cur, o.Runtime):
-		return nil, &ConflictError{fmt.Sprintf("git source %s: runtime %s already has an Application %s that onprem did not create: choose another name", o.Name, o.Runtime, o.Name)}
+		return nil, &attachment.ConflictError{Msg: fmt.Sprintf("git source %s: runtime %s already has an Application %s that onprem did not create: choose another name", o.Name, o.Runtime, o.Name)}
 	}
 	// The runtime's project, which the upstream runtime's Git sources
 	// belong to (the chart creates none).
@@ -246,7 +247,7 @@ func fromApplication(runtime string, u *unstructured.Unstructured) GitSource {
 func ListGitSources(ctx context.Context, p *Platform, runtime string, cl *kube.Cluster) ([]GitSource, error) {
 	rec, ok := p.State.Runtimes[runtime]
 	if !ok {
-		return nil, &NotFoundError{Name: runtime, Known: Names(p.State)}
+		return nil, NotFound(p.State, runtime)
 	}
 	dc, err := dynamic.NewForConfig(cl.Config)
 	if err != nil {
@@ -277,7 +278,7 @@ func ListGitSources(ctx context.Context, p *Platform, runtime string, cl *kube.C
 func RemoveGitSource(ctx context.Context, p *Platform, runtime, name string, cl *kube.Cluster) (bool, error) {
 	rec, ok := p.State.Runtimes[runtime]
 	if !ok {
-		return false, &NotFoundError{Name: runtime, Known: Names(p.State)}
+		return false, NotFound(p.State, runtime)
 	}
 	dc, err := dynamic.NewForConfig(cl.Config)
 	if err != nil {
@@ -292,7 +293,7 @@ func RemoveGitSource(ctx context.Context, p *Platform, runtime, name string, cl 
 		return false, fmt.Errorf("git source %s: reading Application %s/%s: %w", name, rec.Namespace, name, err)
 	}
 	if !onpremGitSource(cur, runtime) {
-		return false, &ConflictError{fmt.Sprintf("Application %s/%s is not a Git source onprem created: remove it with kubectl if you mean to", rec.Namespace, name)}
+		return false, &attachment.ConflictError{Msg: fmt.Sprintf("Application %s/%s is not a Git source onprem created: remove it with kubectl if you mean to", rec.Namespace, name)}
 	}
 	if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return false, fmt.Errorf("git source %s: deleting Application %s/%s: %w", name, rec.Namespace, name, err)

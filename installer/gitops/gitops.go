@@ -1,4 +1,4 @@
-// Package runtime is the life of Argo-based GitOps runtimes: install (and
+// Package gitops is the life of Argo-based GitOps runtimes: install (and
 // converge), upgrade, status and uninstall, on the platform's cluster or a
 // remote one; the shared configuration repository and which runtime holds
 // the configuration; and each runtime's Git sources.
@@ -28,7 +28,7 @@
 //
 // Every function that changes a runtime expects the caller to hold the
 // installation's lock (state.Acquire) and the record read under it.
-package runtime
+package gitops
 
 import (
 	"context"
@@ -197,7 +197,7 @@ func Repository(p *Platform) (config.GitRepository, error) {
 		want := p.Installation.Spec.RuntimeConfig.Repository
 		got := config.GitRepository{URL: rc.URL, Branch: rc.Branch, Path: rc.Path}
 		if want.URL != "" && want != got && len(p.State.Runtimes) > 0 {
-			return got, &ConflictError{fmt.Sprintf("spec.runtimeConfig.repository is %s, but the installed runtimes share %s: "+
+			return got, &attachment.ConflictError{Msg: fmt.Sprintf("spec.runtimeConfig.repository is %s, but the installed runtimes share %s: "+
 				"the configuration repository cannot change while runtimes use it; set it back, or uninstall the runtimes first", describeRepo(want), describeRepo(got))}
 		}
 		return got, nil

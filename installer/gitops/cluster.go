@@ -1,4 +1,4 @@
-package runtime
+package gitops
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/credentials"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
@@ -42,7 +43,7 @@ func ensureNamespace(ctx context.Context, cl *kube.Cluster, ns, name string) err
 	case cur.DeletionTimestamp != nil:
 		return fmt.Errorf("runtime %s: namespace %s is being deleted (an uninstall?): wait until it is gone, then run again", name, ns)
 	case cur.Labels[LabelRuntime] != "" && cur.Labels[LabelRuntime] != name:
-		return &ConflictError{fmt.Sprintf("runtime %s: namespace %s belongs to runtime %s (label %s): give each runtime its own namespace", name, ns, cur.Labels[LabelRuntime], LabelRuntime)}
+		return &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s: namespace %s belongs to runtime %s (label %s): give each runtime its own namespace", name, ns, cur.Labels[LabelRuntime], LabelRuntime)}
 	}
 	l := labels(name)
 	for k, v := range map[string]string{

@@ -1,4 +1,4 @@
-package runtime
+package gitops
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"onprem.dev/onprem/charts"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
+	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/render"
-	"onprem.dev/onprem/installer/runtime/runtimetest"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -32,7 +33,7 @@ func platformWith(rts map[string]state.Runtime, rc *state.RuntimeConfig, spec co
 // another; the message gives that command.
 func TestCheckUninstall(t *testing.T) {
 	two := map[string]state.Runtime{"a": {}, "b": {}}
-	var ce *ConflictError
+	var ce *attachment.ConflictError
 	err := CheckUninstall(platformWith(two, &state.RuntimeConfig{URL: "u", ConfigRuntime: "a"}, config.RuntimeConfig{}), "a")
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "onprem runtime designate-config b") {
 		t.Errorf("config runtime with others: %v", err)
@@ -43,7 +44,7 @@ func TestCheckUninstall(t *testing.T) {
 	if err := CheckUninstall(platformWith(map[string]state.Runtime{"a": {}}, &state.RuntimeConfig{URL: "u", ConfigRuntime: "a"}, config.RuntimeConfig{}), "a"); err != nil {
 		t.Errorf("the last runtime: %v", err)
 	}
-	var nf *NotFoundError
+	var nf *attachment.NotFoundError
 	if err := CheckUninstall(platformWith(two, nil, config.RuntimeConfig{}), "zz"); !errors.As(err, &nf) || !strings.Contains(err.Error(), "a, b") {
 		t.Errorf("unknown runtime: %v", err)
 	}
@@ -57,7 +58,7 @@ func TestRepository(t *testing.T) {
 	if err != nil || got.URL != rec.URL || got.Path != "p" {
 		t.Errorf("recorded: %+v %v", got, err)
 	}
-	var ce *ConflictError
+	var ce *attachment.ConflictError
 	other := config.RuntimeConfig{Repository: config.GitRepository{URL: "https://git.example.com/b.git"}}
 	if _, err := Repository(platformWith(map[string]state.Runtime{"a": {}}, rec, other)); !errors.As(err, &ce) || !strings.Contains(err.Error(), "cannot change while runtimes use it") {
 		t.Errorf("changed repository: %v", err)
@@ -170,7 +171,7 @@ func TestPrepareRefusesWhatPodSecurityRefuses(t *testing.T) {
 	in.Spec.Ingress.ClassName = "onprem"
 	target := Target{Runtime: config.Runtime{Name: "edge"}, Cluster: &kube.Cluster{}}
 
-	chart := runtimetest.Chart(t, rel.Runtime.ChartVersion)
+	chart := gitopstest.Chart(t, rel.Runtime.ChartVersion)
 	chart.Templates = append(chart.Templates, &common.File{Name: "templates/debug.yaml", Data: []byte(`apiVersion: batch/v1
 kind: Job
 metadata:
@@ -194,7 +195,7 @@ spec:
 		}
 	}
 
-	chart = runtimetest.Chart(t, rel.Runtime.ChartVersion)
+	chart = gitopstest.Chart(t, rel.Runtime.ChartVersion)
 	chart.Metadata.Dependencies = append(chart.Metadata.Dependencies, &chartv2.Dependency{Name: "argo-cd", Version: "9.0.2", Condition: "argo-cd.enabled"})
 	_, err = Prepare(context.Background(), target, in, rel, chart, nil)
 	var me *charts.MissingDependencyError

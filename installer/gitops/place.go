@@ -1,20 +1,18 @@
-package runtime
+package gitops
 
 import (
 	"context"
 	"fmt"
 	"net/url"
-	"sort"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
 
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
-	"onprem.dev/onprem/installer/runner"
 	"onprem.dev/onprem/installer/state"
 )
 
@@ -30,50 +28,25 @@ const PlatformTokenEnv = "ONPREM_PLATFORM_TOKEN"
 // a runtime (or a foreign Argo CD) on a cluster.
 const ArgoApplicationsCRD = "applications.argoproj.io"
 
-// ConflictError refuses a runtime that would clash with another, with the
-// platform or with a foreign Argo CD: nothing was touched.
-type ConflictError struct{ Msg string }
-
-func (e *ConflictError) Error() string { return e.Msg }
-
 // InputError is something missing or wrong in what the operator gave.
 type InputError struct{ Msg string }
 
 func (e *InputError) Error() string { return e.Msg }
 
-// NotFoundError: no runtime of that name is recorded.
-type NotFoundError struct {
-	Name  string
-	Known []string
-}
-
-func (e *NotFoundError) Error() string {
-	if len(e.Known) == 0 {
-		return fmt.Sprintf("no runtime %q is installed in this installation (it has none)", e.Name)
-	}
-	return fmt.Sprintf("no runtime %q is installed in this installation; its runtimes: %s", e.Name, strings.Join(e.Known, ", "))
+// NotFound says that no runtime called name is recorded in st.
+func NotFound(st *state.State, name string) *attachment.NotFoundError {
+	return &attachment.NotFoundError{Kind: "runtime", Recorded: "installed in", Name: name, Known: Names(st)}
 }
 
 // Names lists the recorded runtimes, sorted.
-func Names(st *state.State) []string {
-	names := make([]string, 0, len(st.Runtimes))
-	for n := range st.Runtimes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func Names(st *state.State) []string { return attachment.Names(st.Runtimes) }
 
 // Connect reaches a runtime's (or a managed cluster's) cluster, like
-// runner.Connect: the platform's connection itself when ref names no other
-// cluster; an unreachable one comes back as kube.Connect's error, wrapped
-// with what it is for.
+// runner.Connect (attachment.Connect): the platform's connection itself
+// when ref names no other cluster; an unreachable one comes back as
+// kube.Connect's error, wrapped with what it is for.
 func Connect(ctx context.Context, what string, ref config.ClusterRef, platform kube.Options, platformCluster *kube.Cluster) (*kube.Cluster, error) {
-	cl, err := runner.ConnectRef(ctx, ref, platform, platformCluster)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return cl, nil
+	return attachment.Connect(ctx, what, ref, platform, platformCluster)
 }
 
 // RecordRef is the cluster reference recorded for a runtime.
@@ -82,11 +55,7 @@ func RecordRef(rec state.Runtime) config.ClusterRef {
 }
 
 func where(r state.Runtime) string {
-	s := "the cluster at " + r.Server
-	if r.Context != "" {
-		s += fmt.Sprintf(" (context %q)", r.Context)
-	}
-	return s + " in namespace " + r.Namespace
+	return attachment.Place{Server: r.Server, Context: r.Context, Namespace: r.Namespace}.Where()
 }
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -99,19 +68,19 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 // name at the same place is a re-install: allowed.
 func CheckPlace(ctx context.Context, p *Platform, name string, cl *kube.Cluster, namespace string) error {
 	if rec, ok := p.State.Runtimes[name]; ok && (rec.Server != cl.Server || rec.Namespace != namespace) {
-		return &ConflictError{fmt.Sprintf("runtime %s is already installed on %s: runtime names are unique in an installation; "+
+		return &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s is already installed on %s: runtime names are unique in an installation; "+
 			"choose another name, or remove it first with 'onprem runtime uninstall %s'", name, where(rec), name)}
 	}
 	for _, other := range Names(p.State) {
 		rec := p.State.Runtimes[other]
 		if other != name && rec.Server == cl.Server {
-			return &ConflictError{fmt.Sprintf("runtime %s: the cluster at %s already runs runtime %s (namespace %s): a cluster runs one runtime; "+
+			return &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s: the cluster at %s already runs runtime %s (namespace %s): a cluster runs one runtime; "+
 				"install %s on another cluster (--context / --kubeconfig), or remove %s first with 'onprem runtime uninstall %s'",
 				name, cl.Server, other, rec.Namespace, name, other, other)}
 		}
 	}
 	if cl.Server == p.Cluster.Server && namespace == p.Namespace {
-		return &ConflictError{fmt.Sprintf("runtime %s: namespace %s is the platform's own: give the runtime a namespace of its own (the default is its name)", name, namespace)}
+		return &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s: namespace %s is the platform's own: give the runtime a namespace of its own (the default is its name)", name, namespace)}
 	}
 	mc, err := metadata.NewForConfig(cl.Config)
 	if err != nil {
@@ -133,7 +102,7 @@ func CheckPlace(ctx context.Context, p *Platform, name string, cl *kube.Cluster,
 	if owner != "" {
 		desc = fmt.Sprintf("Helm release %s in namespace %s", owner, ownerNS)
 	}
-	return &ConflictError{fmt.Sprintf("runtime %s: the cluster at %s already has an Argo CD that is not this installation's (CRD %s, %s): a cluster runs one runtime; "+
+	return &attachment.ConflictError{Msg: fmt.Sprintf("runtime %s: the cluster at %s already has an Argo CD that is not this installation's (CRD %s, %s): a cluster runs one runtime; "+
 		"install the runtime on another cluster (--context / --kubeconfig), or remove that Argo CD, CRDs included, if nothing uses it", name, cl.Server, ArgoApplicationsCRD, desc)}
 }
 
