@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -445,6 +446,23 @@ func TestScheduledBackupShowsInStatus(t *testing.T) {
 		}
 		if slices.Contains(r.Verbs, "*") || slices.Contains(r.Resources, "*") {
 			t.Errorf("a wildcard in the backup's Role: %+v", r)
+		}
+	}
+	// As the backup's ServiceAccount (the scheduled run): it may read the
+	// Secrets backup create reads, the record of an unfinished
+	// availability move included (it refuses during one), and no other.
+	for name, want := range map[string]bool{"onprem-state": true, "onprem-config": true, MoveSecret: true, "someone-elses-secret": false} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:onprem:onprem-backup",
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:onprem", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "onprem", Verb: "get", Resource: "secrets", Name: name},
+		}}
+		got, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != want {
+			t.Errorf("the backup's ServiceAccount may get Secret %s: %v, want %v (%s)", name, got.Status.Allowed, want, got.Status.Reason)
 		}
 	}
 	st, err := (&Status{Target: Target{Cluster: cl, Namespace: "onprem"}}).Run(ctx)
