@@ -284,16 +284,27 @@ func TestManifestLeavesTheNamespaceOut(t *testing.T) {
 	}
 }
 
-// waitReleaser fails "bad" at once and waits for the others until their
-// wait context ends (or a minute).
-type waitReleaser struct{ fakeReleaser }
+// waitReleaser fails "bad" once "slow" has begun applying (so that slow
+// is in flight, not merely queued, when bad fails) and waits for the
+// others until their wait context ends (or a minute).
+type waitReleaser struct {
+	fakeReleaser
+	slowStarted chan struct{}
+}
 
 func (f *waitReleaser) Apply(ctx context.Context, req Request) (int, error) {
 	if req.Component.Name == "bad" {
+		select {
+		case <-f.slowStarted:
+		case <-time.After(time.Minute):
+		}
 		return 0, errors.New("bad: not ready")
 	}
 	if req.Component.Name == "platform" {
 		return f.fakeReleaser.Apply(ctx, req)
+	}
+	if req.Component.Name == "slow" {
+		close(f.slowStarted)
 	}
 	select {
 	case <-req.Wait.Done():
@@ -307,7 +318,7 @@ func (f *waitReleaser) Apply(ctx context.Context, req Request) (int, error) {
 // fails stop waiting at once and say why.
 func TestStopOnFailureEndsTheOtherWaits(t *testing.T) {
 	res := &render.Result{Namespace: "onprem", Components: []*render.Component{comp("platform"), comp("bad", "platform"), comp("slow", "platform")}}
-	f := &waitReleaser{fakeReleaser{releases: map[string]*ReleaseInfo{}}}
+	f := &waitReleaser{fakeReleaser: fakeReleaser{releases: map[string]*ReleaseInfo{}}, slowStarted: make(chan struct{})}
 	start := time.Now()
 	rep, err := Apply(context.Background(), Options{Result: res, Releases: f, StopOnFailure: true, Timeout: time.Hour})
 	var fe *FailedError
