@@ -33,6 +33,10 @@ const (
 	MongoDBClusterLabel = "onprem.dev/mongodb-cluster"
 	// DefaultMongoDBTimeout bounds one member's answer to replSetGetStatus.
 	DefaultMongoDBTimeout = 10 * time.Second
+	// DefaultMongoDBHedge is how long a member may take to answer before
+	// the next one is asked as well (mongosh alone takes a second or two
+	// to start).
+	DefaultMongoDBHedge = 3 * time.Second
 	// maxMongoDBAnswer bounds what is read of an answer (three members'
 	// status is a few KiB).
 	maxMongoDBAnswer = 1 << 20
@@ -142,17 +146,27 @@ type MongoDBProbe struct {
 	// Timeout bounds each member's answer (DefaultMongoDBTimeout when
 	// zero).
 	Timeout time.Duration
+	// Hedge is how long a member may take before the next one is asked
+	// beside it (DefaultMongoDBHedge when zero).
+	Hedge time.Duration
 }
 
 // Ask asks the running members among pods (the ready ones first, by name)
-// one after the other until one answers with the set's status and a
-// healthy primary in it. A member cut off from the others sees no
-// primary while the others have one: when no answer names a primary, the
-// first answer is kept.
+// for the set's status and returns the first answer that names a healthy
+// primary. Members are asked one after the other, but a member that fails,
+// answers without a primary, or has not answered within Hedge, has the
+// next one asked beside it: a hung member delays the answer by Hedge, not
+// by Timeout. A member cut off from the others sees no primary while the
+// others have one: when no answer names a primary, the answer of the first
+// member (in the order above) that gave one is kept.
 func (p MongoDBProbe) Ask(ctx context.Context, namespace string, pods []corev1.Pod) *MongoDBAnswer {
 	timeout := p.Timeout
 	if timeout <= 0 {
 		timeout = DefaultMongoDBTimeout
+	}
+	hedge := p.Hedge
+	if hedge <= 0 {
+		hedge = DefaultMongoDBHedge
 	}
 	var running []*corev1.Pod
 	for i := range pods {
@@ -175,22 +189,69 @@ func (p MongoDBProbe) Ask(ctx context.Context, namespace string, pods []corev1.P
 		out.Errors = append(out.Errors, "no member's pod is running")
 		return out
 	}
-	for _, pod := range running {
-		if ctx.Err() != nil {
+
+	type reply struct {
+		i   int
+		st  *ReplSetStatus
+		err error
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel() // the members still asked when one answered
+	replies := make(chan reply, len(running))
+	asked, waiting := 0, 0
+	askNext := func() {
+		if asked == len(running) || ctx.Err() != nil {
+			return
+		}
+		i, t := asked, podexec.Target{Namespace: namespace, Pod: running[asked].Name, Container: MongoDB}
+		asked++
+		waiting++
+		go func() {
+			st, err := p.askOne(actx, t, timeout)
+			replies <- reply{i, st, err}
+		}()
+	}
+	got := make([]*reply, len(running))
+	chosen := -1
+	askNext()
+	timer := time.NewTimer(hedge)
+	defer timer.Stop()
+	for chosen < 0 && waiting > 0 {
+		select {
+		case <-timer.C: // one more member beside the others
+			askNext()
+			timer.Reset(hedge)
+		case r := <-replies:
+			waiting--
+			got[r.i] = &r
+			if r.err == nil && r.st.hasPrimary() {
+				chosen = r.i
+				break
+			}
+			askNext()
+			timer.Reset(hedge)
+		}
+	}
+	if chosen < 0 {
+		for i, r := range got {
+			if r != nil && r.err == nil {
+				chosen = i
+				break
+			}
+		}
+	}
+	if chosen >= 0 {
+		out.Pod, out.Status = running[chosen].Name, got[chosen].st
+	}
+	for i, pod := range running {
+		switch r := got[i]; {
+		case i == chosen:
+		case r != nil && r.err != nil:
+			out.Errors = append(out.Errors, pod.Name+": "+r.err.Error())
+		case r == nil && i < asked:
+			out.Errors = append(out.Errors, pod.Name+": no answer yet when "+out.Pod+" answered")
+		case r == nil && chosen < 0 && ctx.Err() != nil:
 			out.Errors = append(out.Errors, pod.Name+": not asked: "+ctx.Err().Error())
-			continue
-		}
-		st, err := p.askOne(ctx, podexec.Target{Namespace: namespace, Pod: pod.Name, Container: MongoDB}, timeout)
-		if err != nil {
-			out.Errors = append(out.Errors, pod.Name+": "+err.Error())
-			continue
-		}
-		if st.hasPrimary() {
-			out.Pod, out.Status = pod.Name, st
-			return out
-		}
-		if out.Status == nil {
-			out.Pod, out.Status = pod.Name, st
 		}
 	}
 	return out

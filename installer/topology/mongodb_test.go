@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,12 +57,16 @@ const t0 = "2026-11-28T08:00:00.000Z"
 type fakeExec struct {
 	answers map[string]string
 	errs    map[string]error
-	asked   []string
 	hang    map[string]bool
+
+	mu    sync.Mutex
+	asked []string
 }
 
 func (f *fakeExec) Exec(ctx context.Context, t podexec.Target, cmd []string, stdin io.Reader, stdout io.Writer) error {
+	f.mu.Lock()
 	f.asked = append(f.asked, t.Pod)
+	f.mu.Unlock()
 	if t.Container != MongoDB || len(cmd) == 0 {
 		return fmt.Errorf("unexpected target %s or command %q", t, cmd)
 	}
@@ -319,5 +324,30 @@ func TestMongoDBClusterIsolatedMember(t *testing.T) {
 	}
 	if m := memberNamed(top, "mongodb-0"); m.Role != RoleUnknown || m.State != "(not reachable/healthy)" {
 		t.Errorf("isolated member = %+v", m)
+	}
+}
+
+func TestMongoDBProbeAsksTheNextBesideAHungMember(t *testing.T) {
+	// mongodb-0 hangs (its node is gone, the exec never returns) and the
+	// caller gives the whole reading 10 s: one member after the other,
+	// mongodb-0 would use them all (its own bound is a minute) and leave
+	// the set's roles unknown. mongodb-1 is asked beside it after Hedge.
+	doc := rsStatus(rsMember(0, "(not reachable/healthy)", 0, "1970-01-01T00:00:00.000Z", false),
+		rsMember(1, "PRIMARY", 1, t0, true), rsMember(2, "SECONDARY", 1, t0, false))
+	ex := &fakeExec{hang: map[string]bool{"mongodb-0": true}, answers: map[string]string{"mongodb-1": doc, "mongodb-2": doc}}
+	pods := []corev1.Pod{*mongoPod("mongodb-0", "n0", true), *mongoPod("mongodb-1", "n1", true), *mongoPod("mongodb-2", "n2", true)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a := MongoDBProbe{Exec: ex, Command: []string{"x"}, Timeout: time.Minute, Hedge: 2 * time.Second}.Ask(ctx, "onprem", pods)
+	if a.Pod != "mongodb-1" || a.Status == nil || !a.Status.hasPrimary() {
+		t.Fatalf("answer = %+v", a)
+	}
+	if len(a.Errors) != 1 || a.Errors[0] != "mongodb-0: no answer yet when mongodb-1 answered" {
+		t.Errorf("errors = %q", a.Errors)
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if strings.Join(ex.asked, ",") != "mongodb-0,mongodb-1" {
+		t.Errorf("asked %v: mongodb-2 is asked only when mongodb-1 does not answer", ex.asked)
 	}
 }
