@@ -390,11 +390,11 @@ func (c *Cluster) waitUntilReady(ctx context.Context) error {
 		if err != nil || ok {
 			return err
 		}
-		if ctx.Err() != nil && last != "" {
+		if cutShort(ctx, why) && last != "" {
 			// The deadline cut this round's requests short: what they
 			// say is only that, and the reason the cluster was not
 			// ready is the one the round before found.
-			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, last, ctx.Err())
+			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, last, context.DeadlineExceeded)
 		}
 		if why != last {
 			c.logf("kindcluster: waiting for cluster %s (%s): %s", c.Name, time.Since(t0).Round(time.Second), why)
@@ -406,6 +406,14 @@ func (c *Cluster) waitUntilReady(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// cutShort reports whether a round's reason is only that the deadline
+// came: the context has ended, or a request failed on its way there
+// (client-go's rate limiter refuses a request that would end after the
+// deadline, before the context itself ends).
+func cutShort(ctx context.Context, why string) bool {
+	return ctx.Err() != nil || strings.Contains(why, "would exceed context deadline") || strings.Contains(why, context.DeadlineExceeded.Error())
 }
 
 func (c *Cluster) ready(ctx context.Context) (bool, string, error) {

@@ -247,25 +247,38 @@ func TestCNIReady(t *testing.T) {
 
 // waitUntilReady: when the deadline cuts a round's requests short, the
 // error names why the cluster was not ready (the round before's finding),
-// not the request the deadline interrupted.
+// not the request the deadline interrupted: one that ran into the
+// deadline, or one client-go's rate limiter refused because it would
+// have ended after it (before the context itself ends).
 func TestWaitUntilReadyKeepsTheReason(t *testing.T) {
-	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: kubeRouterName, Namespace: kubeRouterNS, Generation: 1},
-		Status: appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 1, NumberAvailable: 1}}
-	node := func(n string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}} }
-	cs := fake.NewSimpleClientset(ds, node("onprem-1-control-plane"), node("onprem-1-worker"))
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	var gets atomic.Int32
-	cs.PrependReactor("get", "daemonsets", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if gets.Add(1) == 1 {
-			return false, nil, nil
-		}
-		<-ctx.Done()
-		return true, nil, fmt.Errorf("Get %q: %w", "https://127.0.0.1/apis/apps/v1/namespaces/kube-system/daemonsets/kube-router", ctx.Err())
-	})
-	c := &Cluster{Name: "onprem-1", Nodes: []string{"onprem-1-control-plane", "onprem-1-worker"}, Client: cs, logf: t.Logf}
-	err := c.waitUntilReady(ctx)
-	if err == nil || !strings.Contains(err.Error(), "kube-router (the CNI): 1 of 2 nodes run its current version") || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("waitUntilReady = %v; want the deadline and the reason the round before found", err)
+	for name, cut := range map[string]func(ctx context.Context) error{
+		"deadline": func(ctx context.Context) error {
+			<-ctx.Done()
+			return fmt.Errorf("Get %q: %w", "https://127.0.0.1/apis/apps/v1/namespaces/kube-system/daemonsets/kube-router", ctx.Err())
+		},
+		"rate limiter": func(context.Context) error {
+			return errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: kubeRouterName, Namespace: kubeRouterNS, Generation: 1},
+				Status: appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: 2, UpdatedNumberScheduled: 1, NumberAvailable: 1}}
+			node := func(n string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}} }
+			cs := fake.NewSimpleClientset(ds, node("onprem-1-control-plane"), node("onprem-1-worker"))
+			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+			defer cancel()
+			var gets atomic.Int32
+			cs.PrependReactor("get", "daemonsets", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if gets.Add(1) == 1 {
+					return false, nil, nil
+				}
+				return true, nil, cut(ctx)
+			})
+			c := &Cluster{Name: "onprem-1", Nodes: []string{"onprem-1-control-plane", "onprem-1-worker"}, Client: cs, logf: t.Logf}
+			err := c.waitUntilReady(ctx)
+			if err == nil || !strings.Contains(err.Error(), "kube-router (the CNI): 1 of 2 nodes run its current version") || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("waitUntilReady = %v; want the deadline and the reason the round before found", err)
+			}
+		})
 	}
 }
