@@ -85,6 +85,12 @@ func StartRabbitMQ(t testing.TB, user, password string) *RabbitMQServer {
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
 		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),
 		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "rabbitmq-env.conf"),
+		// The script then execs the Erlang VM instead of starting it as
+		// a child of its own: the VM is the process start watches, so
+		// that it dies with the test process (Pdeathsig) even when the
+		// test is killed before its cleanup runs; a VM left behind would
+		// keep a core busy for every later run on the machine.
+		"RUNNING_UNDER_SYSTEMD=true",
 	)
 	t0 := time.Now()
 	p := start(t, "rabbitmq-server", filepath.Join(dir, "rabbitmq.log"), cmd)
