@@ -4,6 +4,7 @@ package kindcluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -394,7 +395,7 @@ func (c *Cluster) waitUntilReady(ctx context.Context) error {
 			// The deadline cut this round's requests short: what they
 			// say is only that, and the reason the cluster was not
 			// ready is the one the round before found.
-			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, last, context.DeadlineExceeded)
+			return fmt.Errorf("kindcluster: cluster %s not ready: %s: %w", c.Name, last, cmp.Or(ctx.Err(), context.DeadlineExceeded))
 		}
 		if why != last {
 			c.logf("kindcluster: waiting for cluster %s (%s): %s", c.Name, time.Since(t0).Round(time.Second), why)
@@ -413,7 +414,9 @@ func (c *Cluster) waitUntilReady(ctx context.Context) error {
 // (client-go's rate limiter refuses a request that would end after the
 // deadline, before the context itself ends).
 func cutShort(ctx context.Context, why string) bool {
-	return ctx.Err() != nil || strings.Contains(why, "would exceed context deadline") || strings.Contains(why, context.DeadlineExceeded.Error())
+	// "context deadline exceeded", and the limiter's "would exceed
+	// context deadline".
+	return ctx.Err() != nil || strings.Contains(why, "context deadline")
 }
 
 func (c *Cluster) ready(ctx context.Context) (bool, string, error) {

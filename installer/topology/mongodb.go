@@ -225,8 +225,8 @@ func (p MongoDBProbe) Ask(ctx context.Context, namespace string, pods []corev1.P
 			waiting--
 			got[r.i] = &r
 			if r.err == nil && r.st.hasPrimary() {
-				chosen = r.i
-				break
+				chosen = r.i // ends the loop
+				continue
 			}
 			askNext()
 			timer.Reset(hedge)
