@@ -313,7 +313,7 @@ func (b *builder) binariesPresent() bool {
 func (b *builder) binaryVersions() map[string]string {
 	m := map[string]string{
 		"kind":                    kindModule + "@" + KindVersion,
-		"coredns":                 corednsModule + "@" + CoreDNSVersion,
+		"coredns":                 corednsStamp(),
 		"containerd":              containerdModule + "@" + ContainerdVersion,
 		"containerd-shim-runc-v2": containerdModule + "@" + ContainerdVersion,
 		"ctr":                     containerdModule + "@" + ContainerdVersion,

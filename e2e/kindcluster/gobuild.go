@@ -211,13 +211,6 @@ func (b *builder) ensureContainerd(ctx context.Context) error {
 	})
 }
 
-// ensureCoreDNS builds CoreDNS.
-func (b *builder) ensureCoreDNS(ctx context.Context) error {
-	return b.timed(ctx, "coredns", corednsModule+"@"+CoreDNSVersion, []string{"coredns"}, func(ctx context.Context, tmp string) error {
-		return b.goInstall(ctx, "coredns", tmp, []string{"-ldflags", "-s -w"}, corednsModule+"@"+CoreDNSVersion)
-	})
-}
-
 // ensureKubeRouter builds kube-router, the clusters' CNI and
 // NetworkPolicy controller.
 func (b *builder) ensureKubeRouter(ctx context.Context) error {
