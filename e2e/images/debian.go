@@ -89,6 +89,25 @@ chmod 2777 /run/postgresql`,
 	},
 }
 
+// postgresHAImage is the PostgreSQL image with Debian's Patroni: the
+// release's postgresql-ha, which the postgresql chart runs under
+// spec.availability high (its pods' command is `patroni <config>`, with
+// the server's own programs found on PATH).
+var postgresHAImage = postgresImage.with("postgresql-ha", "patroni")
+
+// redisHAImage is the Redis image with what the redis chart's high
+// availability script uses beside redis-server and redis-cli (Sentinel is
+// redis-server --sentinel): curl, with which its keeper points the Service
+// redis at the master.
+var redisHAImage = redisImage.with("redis-ha", "curl")
+
+// with is s named name, with more packages.
+func (s debianSpec) with(name string, packages ...string) debianSpec {
+	s.name = name
+	s.packages = append(append([]string(nil), s.packages...), packages...)
+	return s
+}
+
 var redisImage = debianSpec{
 	name:     "redis",
 	packages: []string{"redis-server"},

@@ -26,7 +26,8 @@ import (
 // Image is one built image and the reference it goes by.
 type Image struct {
 	// Name is what Build knows it as: traefik, mongodb, postgresql, redis,
-	// rabbitmq, refservice, runner, onprem or gitops-runtime.
+	// rabbitmq, postgresql-ha, redis-ha, refservice, runner, onprem or
+	// gitops-runtime.
 	Name string
 	// Ref is the full reference, e.g. docker.io/library/traefik:v3.6.12.
 	Ref string
@@ -64,16 +65,29 @@ type recipe struct {
 
 func (b *builder) recipes() map[string]recipe {
 	return map[string]recipe{
-		"traefik":     {release: "traefik", stamp: b.traefikStamp, make: b.traefikImage},
-		"mongodb":     {release: "mongodb", stamp: b.mongoStamp, make: b.mongoImage},
-		"postgresql":  {release: "postgresql", stamp: b.debianStamp(postgresImage), make: b.debianImage(postgresImage)},
-		"redis":       {release: "redis", stamp: b.debianStamp(redisImage), make: b.debianImage(redisImage)},
-		"rabbitmq":    {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
-		"refservice":  {ref: RefserviceRef, stamp: b.refserviceStamp, make: b.refserviceImage},
-		GitopsRuntime: {ref: GitopsRuntimeRef, stamp: b.debianStamp(gitopsImage), make: b.debianImage(gitopsImage)},
-		"runner":      {ref: RunnerRef, stamp: b.runnerStamp, make: b.runnerImage},
-		"onprem":      {release: "onprem", stamp: b.onpremStamp, make: b.onpremImage},
+		"traefik":       {release: "traefik", stamp: b.traefikStamp, make: b.traefikImage},
+		"mongodb":       {release: "mongodb", stamp: b.mongoStamp, make: b.mongoImage},
+		"postgresql":    {release: "postgresql", stamp: b.debianStamp(postgresImage), make: b.debianImage(postgresImage)},
+		"redis":         {release: "redis", stamp: b.debianStamp(redisImage), make: b.debianImage(redisImage)},
+		"postgresql-ha": {release: "postgresql-ha", stamp: b.debianStamp(postgresHAImage), make: b.debianImage(postgresHAImage)},
+		"redis-ha":      {release: "redis-ha", stamp: b.debianStamp(redisHAImage), make: b.debianImage(redisHAImage)},
+		"rabbitmq":      {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
+		"refservice":    {ref: RefserviceRef, stamp: b.refserviceStamp, make: b.refserviceImage},
+		GitopsRuntime:   {ref: GitopsRuntimeRef, stamp: b.debianStamp(gitopsImage), make: b.debianImage(gitopsImage)},
+		"runner":        {ref: RunnerRef, stamp: b.runnerStamp, make: b.runnerImage},
+		"onprem":        {release: "onprem", stamp: b.onpremStamp, make: b.onpremImage},
 	}
+}
+
+// HighAvailability are the images only spec.availability high runs
+// (PostgreSQL with Patroni, Redis with what its Sentinel setup needs).
+var HighAvailability = []string{"postgresql-ha", "redis-ha"}
+
+// SingleNames lists the images Build knows but HighAvailability, sorted:
+// what a platform of spec.availability single runs (the demo's, and the
+// kind e2e's, whose cluster has one node).
+func SingleNames() []string {
+	return slices.DeleteFunc(Names(), func(n string) bool { return slices.Contains(HighAvailability, n) })
 }
 
 // Names lists the images Build knows, sorted.
@@ -153,12 +167,13 @@ func NewPlan(ctx context.Context, names []string, log func(string, ...any)) (*Pl
 func (p *Plan) Steps() []buildplan.Step {
 	b := p.b
 	var steps []buildplan.Step
-	debian := map[string]debianSpec{"postgresql": postgresImage, "redis": redisImage, "rabbitmq": rabbitmqImage, GitopsRuntime: gitopsImage}
+	debian := map[string]debianSpec{"postgresql": postgresImage, "redis": redisImage, "rabbitmq": rabbitmqImage, GitopsRuntime: gitopsImage,
+		"postgresql-ha": postgresHAImage, "redis-ha": redisHAImage}
 	estimates := map[string]time.Duration{
 		"traefik": 10 * time.Minute, "mongodb": 8 * time.Minute, "onprem": time.Minute,
 		"postgresql": 30 * time.Second, "redis": 20 * time.Second, "rabbitmq": 30 * time.Second,
 		"rootfs-postgresql": 2 * time.Minute, "rootfs-redis": 45 * time.Second, "rootfs-rabbitmq": 90 * time.Second,
-		"rootfs-" + GitopsRuntime: time.Minute,
+		"rootfs-" + GitopsRuntime: time.Minute, "rootfs-postgresql-ha": 2 * time.Minute, "rootfs-redis-ha": 45 * time.Second,
 	}
 	base := false
 	for _, n := range p.names {
@@ -352,11 +367,13 @@ func Retag(img Image, refs ...string) []Image {
 	return out
 }
 
-// releaseStandIns are release images that a built image of another name
-// stands in for, when it is built: the runner's agent (a platform image,
-// otherwise refservice) and its engine are both the runner image, which
-// picks its role from its arguments.
-var releaseStandIns = map[string]string{"runner-agent": "runner", "buildkit": "runner"}
+// releaseStandIns are release images that a built image stands in for,
+// when it is built, instead of refservice (they are platform images): the
+// runner's agent and its engine are both the runner image, which picks its
+// role from its arguments; the databases' high-availability images are
+// their own.
+var releaseStandIns = map[string]string{"runner-agent": "runner", "buildkit": "runner",
+	"postgresql-ha": "postgresql-ha", "redis-ha": "redis-ha"}
 
 // ForRelease names the built images as rel's images: each infrastructure
 // image under the release's reference (repository:tag, no digest: a

@@ -109,17 +109,8 @@ func TestRedisServesWithTheChartsPassword(t *testing.T) {
 	// with REDISCLI_AUTH, run inside the sandbox.
 	p.waitProbes(2 * time.Minute)
 
-	ctx := context.Background()
-	c, err := p.dial(ctx, "tcp", "127.0.0.1:6379")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	for _, step := range []struct {
-		args []string
-		want string
-	}{
+	c, r := redisDial(t, p, 6379)
+	redisExpect(t, c, r, []redisStep{
 		{[]string{"PING"}, "-NOAUTH"},
 		{[]string{"AUTH", "wrong-" + password}, "-WRONGPASS"},
 		{[]string{"AUTH", password}, "+OK"},
@@ -127,15 +118,7 @@ func TestRedisServesWithTheChartsPassword(t *testing.T) {
 		{[]string{"SET", "build:42", "log line"}, "+OK"},
 		{[]string{"GET", "build:42"}, "log line"},
 		{[]string{"CONFIG", "GET", "maxmemory-policy"}, "noeviction"},
-	} {
-		got, err := redisCall(c, r, step.args...)
-		if err != nil {
-			t.Fatalf("%v: %v", step.args, err)
-		}
-		if !strings.HasPrefix(got, step.want) {
-			t.Errorf("%v = %q, want %q", step.args, got, step.want)
-		}
-	}
+	})
 	// The sandbox is what the chart asks for: the chart's user with its
 	// fsGroup, the pod's hostname, a read-only root, a writable volume.
 	for cmd, want := range map[string]string{
@@ -162,6 +145,38 @@ func TestRedisServesWithTheChartsPassword(t *testing.T) {
 	}
 	if err := p.stop(); err != nil {
 		t.Errorf("redis did not stop cleanly on SIGTERM: %v\n%s", err, tail(p.output(), 20))
+	}
+}
+
+// redisDial connects to the pod's Redis (or Sentinel) port; the
+// connection is closed when the test ends.
+func redisDial(t *testing.T, p *pod, port int) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := p.dial(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+// redisStep is a command and the start of the reply it must get.
+type redisStep struct {
+	args []string
+	want string
+}
+
+// redisExpect sends each step's command and checks its reply.
+func redisExpect(t *testing.T, c net.Conn, r *bufio.Reader, steps []redisStep) {
+	t.Helper()
+	for _, step := range steps {
+		got, err := redisCall(c, r, step.args...)
+		if err != nil {
+			t.Fatalf("%v: %v", step.args, err)
+		}
+		if !strings.HasPrefix(got, step.want) {
+			t.Errorf("%v = %q, want %q", step.args, got, step.want)
+		}
 	}
 }
 

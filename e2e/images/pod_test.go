@@ -100,6 +100,53 @@ func podOf(t *testing.T, chart, container string, values map[string]any) (corev1
 	return *pod, claims, configMaps
 }
 
+// podIP is the pod's address (status.podIP): in the sandbox, a loopback
+// address its hosts file gives the pod's own names.
+const podIP = "127.0.1.1"
+
+// expandRefs replaces $(NAME) in v with the value of NAME among the
+// variables set before it, as the kubelet does; $$( stays a literal $(,
+// and a reference to an unknown variable is left as it is.
+func expandRefs(v string, env []string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(v, "$")
+		if i < 0 || i == len(v)-1 {
+			b.WriteString(v)
+			return b.String()
+		}
+		b.WriteString(v[:i])
+		v = v[i:]
+		switch {
+		case strings.HasPrefix(v, "$$"):
+			b.WriteString("$")
+			v = v[2:]
+		case strings.HasPrefix(v, "$("):
+			end := strings.Index(v, ")")
+			if end < 0 {
+				b.WriteString(v)
+				return b.String()
+			}
+			name := v[2:end]
+			val, ok := "", false
+			for _, kv := range env {
+				if k, x, found := strings.Cut(kv, "="); found && k == name {
+					val, ok = x, true
+				}
+			}
+			if ok {
+				b.WriteString(val)
+			} else {
+				b.WriteString(v[:end+1])
+			}
+			v = v[end+1:]
+		default:
+			b.WriteString("$")
+			v = v[1:]
+		}
+	}
+}
+
 // pod is one container of a chart's pod running in a sandbox.
 type pod struct {
 	t         *testing.T
@@ -192,6 +239,8 @@ func runPod(t *testing.T, img Image, cfg podConfig) *pod {
 				v = testNamespace
 			case "metadata.name":
 				v = cfg.name
+			case "status.podIP":
+				v = podIP
 			default:
 				t.Fatalf("env %s: field %s is not supported here", e.Name, f.FieldRef.FieldPath)
 			}
@@ -206,7 +255,7 @@ func runPod(t *testing.T, img Image, cfg podConfig) *pod {
 			}
 			v = s
 		}
-		env = setEnv(env, e.Name, v)
+		env = setEnv(env, e.Name, expandRefs(v, env))
 	}
 	if !hasEnv(env, "HOME") {
 		env = append(env, "HOME="+homeOf(t, cfg.root, uid))
@@ -214,8 +263,10 @@ func runPod(t *testing.T, img Image, cfg podConfig) *pod {
 	// Volumes.
 	dir := t.TempDir()
 	hosts := filepath.Join(dir, "hosts")
-	writeFile(t, hosts, fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s.%s-headless.%s.svc.cluster.local\t%s\n",
-		cfg.name, cfg.chart, testNamespace, cfg.name), 0o644)
+	// The pod's names: its FQDN, the name.service.namespace that a real
+	// pod resolves through its search domains, its hostname.
+	writeFile(t, hosts, fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s.%s-headless.%s.svc.cluster.local\t%[2]s.%[3]s-headless.%[4]s\t%[2]s\n",
+		podIP, cfg.name, cfg.chart, testNamespace), 0o644)
 	mounts := []sandbox.Mount{{Target: "/etc/hosts", Source: hosts}}
 	volumes := cfg.volumes
 	if volumes == nil {

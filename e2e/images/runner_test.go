@@ -11,6 +11,7 @@ import (
 
 // The runner image, when built, is the release's runner agent and build
 // engine; without it the agent stays refservice and the engine missing.
+// The HA images likewise take their release images' references.
 func TestForReleaseMapsTheRunnerImage(t *testing.T) {
 	set, err := release.Embedded()
 	if err != nil {
@@ -42,5 +43,15 @@ func TestForReleaseMapsTheRunnerImage(t *testing.T) {
 	refs, missing = refsOf([]Image{{Name: "refservice", Ref: RefserviceRef}})
 	if refs[agent] != "refservice" || !slices.Contains(missing, "buildkit") {
 		t.Errorf("without runner: %s is %q, missing %v; want refservice and buildkit missing", agent, refs[agent], missing)
+	}
+	// The high-availability images, built, are the release's own
+	// (platform images, otherwise the reference service).
+	pg, rd := prefix+"/postgresql-ha:2.8.0", prefix+"/redis-ha:2.8.0"
+	if refs[pg] != "refservice" || refs[rd] != "refservice" {
+		t.Errorf("without the HA images: %s is %q and %s is %q, want refservice", pg, refs[pg], rd, refs[rd])
+	}
+	refs, _ = refsOf([]Image{{Name: "refservice", Ref: RefserviceRef}, {Name: "postgresql-ha"}, {Name: "redis-ha"}})
+	if refs[pg] != "postgresql-ha" || refs[rd] != "redis-ha" {
+		t.Errorf("with the HA images built: %s is %q and %s is %q", pg, refs[pg], rd, refs[rd])
 	}
 }

@@ -76,7 +76,8 @@ func Prepare(ctx context.Context, o Options) (*Result, error) {
 	}
 	// The platform's images: the GitOps runtime's stand-in is the e2e's
 	// (the demo installs no runtime).
-	names := slices.DeleteFunc(images.Names(), func(n string) bool { return n == images.GitopsRuntime })
+	// The demo runs spec.availability single: no high-availability image.
+	names := slices.DeleteFunc(images.SingleNames(), func(n string) bool { return n == images.GitopsRuntime })
 	pre, err := prebuild.Kind(ctx, prebuild.Options{Log: logf, Images: names})
 	if err != nil {
 		return nil, fmt.Errorf("localdemo: the kind node image and the platform's images: %w", err)

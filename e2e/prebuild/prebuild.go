@@ -23,8 +23,9 @@ type Options struct {
 	// Log receives progress lines, printf style (testing.TB.Logf fits);
 	// nil logs through slog at Info level.
 	Log func(format string, args ...any)
-	// Images are the names of the images to build (default: all of
-	// images.Names()).
+	// Images are the names of the images to build (default:
+	// images.SingleNames(): the kind e2e's cluster has one node, so its
+	// platform runs spec.availability single).
 	Images []string
 }
 
@@ -46,7 +47,7 @@ func Kind(ctx context.Context, o Options) (*Result, error) {
 	}
 	names := o.Images
 	if names == nil {
-		names = images.Names()
+		names = images.SingleNames()
 	}
 	kp, err := kindcluster.NewPlan(ctx, kindcluster.Options{Log: logf})
 	if err != nil {
