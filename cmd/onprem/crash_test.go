@@ -17,6 +17,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/e2e/testcluster"
@@ -204,24 +205,32 @@ func TestCrashSafety(t *testing.T) {
 		return (&action.Install{Source: action.Source{ConfigPath: crashConfig(t, dir, ns)}, Cluster: cl,
 			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: steadyLease}).Run(ctx)
 	}
-	// The reference: a clean install, timed, to spread the kills over it.
+	// The reference: a clean install, timed, to spread the kills over the
+	// part of it that writes: from the namespace's creation (the lock's
+	// first write) to the end. Kills before that test nothing a kill
+	// after it does not (a third of them landed there when they were
+	// spread from the start).
+	created := watchCreation(t, c.Client, "crash-ref")
 	start := time.Now()
 	if _, err := install("crash-ref"); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
+	first := created(start)
+	startup := childStartup(t)
 	ref := take(t, c.Client, "crash-ref")
 	normalize := func(s snapshot) snapshot {
 		s.Secrets = nil
 		return s
 	}
-	t.Logf("clean install took %s: %d objects, %d releases", took, len(ref.Objects), len(ref.Releases))
+	t.Logf("clean install took %s, its first write after %s (a child process starts in %s): %d objects, %d releases",
+		took, first, startup, len(ref.Objects), len(ref.Releases))
 
-	const kills = 12
+	const kills = 9
 	points := map[string]bool{}
 	for i := 0; i < kills; i++ {
 		ns := fmt.Sprintf("crash-%d", i)
-		delay := took * time.Duration(2*i+1) / (2 * kills)
+		delay := startup + first + (took-first)*time.Duration(2*i+1)/(2*kills)
 		killAfter(t, delay, "install", "-c", crashConfig(t, dir, ns), "--kubeconfig", c.Kubeconfig,
 			"--lock-lease", killedLease.String(), "--timeout", "2m")
 		atKill := take(t, c.Client, ns)
@@ -278,6 +287,53 @@ func sharedIngressClass(t *testing.T, c *testcluster.Cluster) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// watchCreation watches for namespace ns to be created; the function it
+// returns waits (a minute at most) for that and says how long after start
+// it happened.
+func watchCreation(t *testing.T, c kubernetes.Interface, ns string) func(start time.Time) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	w, err := c.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + ns})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	at := make(chan time.Time, 1)
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Added {
+				at <- time.Now()
+				return
+			}
+		}
+	}()
+	return func(start time.Time) time.Duration {
+		defer cancel()
+		select {
+		case when := <-at:
+			return when.Sub(start)
+		case <-time.After(time.Minute):
+			t.Fatalf("namespace %s was never seen created", ns)
+			return 0
+		}
+	}
+}
+
+// childStartup is how long an onprem child process takes to start and
+// exit ('onprem versions'): what a kill's delay adds to the in-process
+// reference's times.
+func childStartup(t *testing.T) time.Duration {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "versions")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	t0 := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("onprem versions: %v\n%s", err, out)
+	}
+	return time.Since(t0)
 }
 
 // killAfter runs onprem with args as a child process and SIGKILLs its
