@@ -61,19 +61,28 @@ type recipe struct {
 	// keeping its own files in scratch until the image is written; content
 	// says what runs inside.
 	make func(ctx context.Context, scratch string) (img v1.Image, content string, err error)
+	// debian is the Debian root filesystem the image is made of, if any
+	// (Steps builds it as a step of its own).
+	debian *debianSpec
+}
+
+// debianRecipe is the recipe of an image made from a Debian root
+// filesystem.
+func (b *builder) debianRecipe(release, ref string, s debianSpec) recipe {
+	return recipe{release: release, ref: ref, stamp: b.debianStamp(s), make: b.debianImage(s), debian: &s}
 }
 
 func (b *builder) recipes() map[string]recipe {
 	return map[string]recipe{
 		"traefik":       {release: "traefik", stamp: b.traefikStamp, make: b.traefikImage},
 		"mongodb":       {release: "mongodb", stamp: b.mongoStamp, make: b.mongoImage},
-		"postgresql":    {release: "postgresql", stamp: b.debianStamp(postgresImage), make: b.debianImage(postgresImage)},
-		"redis":         {release: "redis", stamp: b.debianStamp(redisImage), make: b.debianImage(redisImage)},
-		"postgresql-ha": {release: "postgresql-ha", stamp: b.debianStamp(postgresHAImage), make: b.debianImage(postgresHAImage)},
-		"redis-ha":      {release: "redis-ha", stamp: b.debianStamp(redisHAImage), make: b.debianImage(redisHAImage)},
-		"rabbitmq":      {release: "rabbitmq", stamp: b.debianStamp(rabbitmqImage), make: b.debianImage(rabbitmqImage)},
+		"postgresql":    b.debianRecipe("postgresql", "", postgresImage),
+		"redis":         b.debianRecipe("redis", "", redisImage),
+		"postgresql-ha": b.debianRecipe("postgresql-ha", "", postgresHAImage),
+		"redis-ha":      b.debianRecipe("redis-ha", "", redisHAImage),
+		"rabbitmq":      b.debianRecipe("rabbitmq", "", rabbitmqImage),
 		"refservice":    {ref: RefserviceRef, stamp: b.refserviceStamp, make: b.refserviceImage},
-		GitopsRuntime:   {ref: GitopsRuntimeRef, stamp: b.debianStamp(gitopsImage), make: b.debianImage(gitopsImage)},
+		GitopsRuntime:   b.debianRecipe("", GitopsRuntimeRef, gitopsImage),
 		"runner":        {ref: RunnerRef, stamp: b.runnerStamp, make: b.runnerImage},
 		"onprem":        {release: "onprem", stamp: b.onpremStamp, make: b.onpremImage},
 	}
@@ -167,8 +176,6 @@ func NewPlan(ctx context.Context, names []string, log func(string, ...any)) (*Pl
 func (p *Plan) Steps() []buildplan.Step {
 	b := p.b
 	var steps []buildplan.Step
-	debian := map[string]debianSpec{"postgresql": postgresImage, "redis": redisImage, "rabbitmq": rabbitmqImage, GitopsRuntime: gitopsImage,
-		"postgresql-ha": postgresHAImage, "redis-ha": redisHAImage}
 	estimates := map[string]time.Duration{
 		"traefik": 10 * time.Minute, "mongodb": 8 * time.Minute, "onprem": time.Minute,
 		"postgresql": 30 * time.Second, "redis": 20 * time.Second, "rabbitmq": 30 * time.Second,
@@ -177,7 +184,7 @@ func (p *Plan) Steps() []buildplan.Step {
 	}
 	base := false
 	for _, n := range p.names {
-		if _, ok := debian[n]; ok && !base {
+		if p.recipes[n].debian != nil && !base {
 			base = true
 			steps = append(steps, buildplan.Step{
 				Name: "images/debian-base", Uses: []buildplan.Resource{buildplan.IO, buildplan.Apt}, Estimate: 2 * time.Minute,
@@ -206,13 +213,13 @@ func (p *Plan) Steps() []buildplan.Step {
 		if d, ok := estimates[n]; ok {
 			img.Estimate = d
 		}
-		if spec, ok := debian[n]; ok {
+		if spec := r.debian; spec != nil {
 			rootfs := "images/rootfs-" + n
 			steps = append(steps, buildplan.Step{
 				Name: rootfs, Needs: []string{"images/debian-base"}, Uses: []buildplan.Resource{buildplan.IO},
 				Estimate: estimates["rootfs-"+n],
-				Fresh:    func(context.Context) bool { return fresh(filepath.Join(b.dir, "rootfs", n), b.rootfsStamp(spec)) },
-				Run:      func(ctx context.Context) error { _, err := b.debianRootfs(ctx, spec); return err },
+				Fresh:    func(context.Context) bool { return fresh(filepath.Join(b.dir, "rootfs", n), b.rootfsStamp(*spec)) },
+				Run:      func(ctx context.Context) error { _, err := b.debianRootfs(ctx, *spec); return err },
 			})
 			img.Needs = []string{rootfs}
 		}
@@ -367,19 +374,19 @@ func Retag(img Image, refs ...string) []Image {
 	return out
 }
 
-// releaseStandIns are release images that a built image stands in for,
-// when it is built, instead of refservice (they are platform images): the
-// runner's agent and its engine are both the runner image, which picks its
-// role from its arguments; the databases' high-availability images are
-// their own.
-var releaseStandIns = map[string]string{"runner-agent": "runner", "buildkit": "runner",
-	"postgresql-ha": "postgresql-ha", "redis-ha": "redis-ha"}
+// releaseStandIns are release images that a built image of another name
+// stands in for, when it is built: the runner's agent (a platform image,
+// otherwise refservice) and its engine are both the runner image, which
+// picks its role from its arguments.
+var releaseStandIns = map[string]string{"runner-agent": "runner", "buildkit": "runner"}
 
 // ForRelease names the built images as rel's images: each infrastructure
 // image under the release's reference (repository:tag, no digest: a
 // stand-in cannot match upstream's), runner (when built) under
-// runner-agent and buildkit, and refservice under every other platform
-// image (platformPrefix/repository:tag, as installer/images computes it).
+// runner-agent and buildkit, a platform image built under its own name
+// (postgresql-ha, redis-ha) as itself, and refservice under every other
+// platform image (platformPrefix/repository:tag, as installer/images
+// computes it).
 // missing lists the release's images that built does not cover (sorted),
 // so that the caller can decide whether its test needs them.
 func ForRelease(rel *release.Release, platformPrefix string, built []Image) (imgs []Image, missing []string) {
@@ -391,7 +398,12 @@ func ForRelease(rel *release.Release, platformPrefix string, built []Image) (img
 		name := ri.Name
 		repo := ri.Repository
 		if ri.Platform {
-			name = "refservice"
+			// A platform image built under its own name (the databases'
+			// high-availability images) is itself; the others are the
+			// reference service.
+			if _, ok := byName[ri.Name]; !ok {
+				name = "refservice"
+			}
 			repo = strings.TrimSuffix(platformPrefix, "/") + "/" + ri.Repository
 		}
 		if s, ok := releaseStandIns[ri.Name]; ok {
