@@ -55,7 +55,10 @@ const (
 //
 // The control-plane node mounts patchesDir (writeKubeadmPatches) where
 // kubeadm reads its patches of the control plane's static pods.
-func kindConfig(workers int, podSubnet, patchesDir string) string {
+//
+// A nodeGrace above zero shortens the time a lost node takes to be marked
+// NotReady (nodeLeaseSeconds).
+func kindConfig(workers int, podSubnet, patchesDir string, nodeGrace time.Duration) string {
 	nodes := "- role: control-plane\n  extraMounts:\n  - {hostPath: " + strconv.Quote(patchesDir) + ", containerPath: " + kubeadmPatchesPath + ", readOnly: true}\n" +
 		strings.Repeat("- role: worker\n", workers)
 	return `kind: Cluster
@@ -71,7 +74,7 @@ kubeadmConfigPatches:
 - |
   kind: KubeletConfiguration
   failCgroupV1: false
-- |
+` + nodeLease(nodeGrace) + `- |
   kind: InitConfiguration
   patches:
     directory: ` + kubeadmPatchesPath + `
@@ -84,6 +87,22 @@ kubeadmConfigPatches:
     ignorePreflightErrors:
     - SystemVerification
 `
+}
+
+// nodeLease is the kubelet's configuration line for a node grace period:
+// the kubelet renews its lease every quarter of nodeLeaseDurationSeconds,
+// so a lease of the grace period renews it four times in that period
+// (kubeadm's default of 40 s renews it every 10 s, too seldom for a grace
+// of 16 s on a busy machine).
+func nodeLease(grace time.Duration) string {
+	if grace <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("  nodeLeaseDurationSeconds: %d\n", nodeLeaseSeconds(grace))
+}
+
+func nodeLeaseSeconds(grace time.Duration) int {
+	return max(4, int(grace.Round(time.Second)/time.Second))
 }
 
 // kubeadmPatchesPath is where the control-plane node finds the kubeadm
@@ -103,7 +122,11 @@ const ControlPlaneCPURequest = "10m"
 // writeKubeadmPatches writes, in dir, kubeadm's strategic-merge patches
 // of the control plane's static pods and of CoreDNS: their CPU request
 // lowered to ControlPlaneCPURequest.
-func writeKubeadmPatches(dir string) error {
+//
+// A nodeGrace above zero adds the controller manager's
+// --node-monitor-grace-period (a JSON patch, which appends to the
+// command's flags; the default is 50 s).
+func writeKubeadmPatches(dir string, nodeGrace time.Duration) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
 	}
@@ -118,6 +141,12 @@ func writeKubeadmPatches(dir string) error {
 	}
 	for target, patch := range patches {
 		if err := os.WriteFile(filepath.Join(dir, target+"+strategic.yaml"), []byte(patch), 0o644); err != nil {
+			return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
+		}
+	}
+	if nodeGrace > 0 {
+		patch := fmt.Sprintf("- op: add\n  path: /spec/containers/0/command/-\n  value: --node-monitor-grace-period=%ds\n", nodeLeaseSeconds(nodeGrace))
+		if err := os.WriteFile(filepath.Join(dir, "kube-controller-manager-nodeloss+json.yaml"), []byte(patch), 0o644); err != nil {
 			return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
 		}
 	}
@@ -152,6 +181,8 @@ type config struct {
 	timeout  time.Duration
 	cacheDir string
 	workers  int
+	// nodeGrace: WithNodeGracePeriod.
+	nodeGrace time.Duration
 }
 
 // WithName sets the cluster's name; the default is "onprem-" and a random
@@ -165,6 +196,14 @@ func WithStartTimeout(d time.Duration) Option { return func(c *config) { c.timeo
 // WithWorkers adds n worker nodes to the control-plane node (default
 // none), named <name>-worker, <name>-worker2, ...
 func WithWorkers(n int) Option { return func(c *config) { c.workers = n } }
+
+// WithNodeGracePeriod makes a lost node NotReady after grace (at least
+// 4 s) instead of Kubernetes' 50 s: the controller manager's
+// --node-monitor-grace-period, and a kubelet lease of that length (renewed
+// every quarter of it). Once a node is NotReady its pods are no longer
+// ready and leave their Services' endpoints, so this bounds how long a
+// Service still sends requests to a killed node (KillNode).
+func WithNodeGracePeriod(grace time.Duration) Option { return func(c *config) { c.nodeGrace = grace } }
 
 // WithCacheDir sets the toolchain's cache folder (Options.CacheDir).
 func WithCacheDir(dir string) Option { return func(c *config) { c.cacheDir = dir } }
@@ -255,10 +294,10 @@ func New(ctx context.Context, dir string, logf func(string, ...any), opts ...Opt
 	if err != nil {
 		return nil, fmt.Errorf("kindcluster: %w", err)
 	}
-	if err := writeKubeadmPatches(patches); err != nil {
+	if err := writeKubeadmPatches(patches, cfg.nodeGrace); err != nil {
 		return nil, err
 	}
-	kindCfg := kindConfig(cfg.workers, podSubnet(cfg.name), patches)
+	kindCfg := kindConfig(cfg.workers, podSubnet(cfg.name), patches, cfg.nodeGrace)
 	if err := os.WriteFile(filepath.Join(dir, "kind-config.yaml"), []byte(kindCfg), 0o644); err != nil {
 		return nil, fmt.Errorf("kindcluster: %w", err)
 	}

@@ -27,6 +27,9 @@ import (
 
 const echoImage = "onprem.dev/echoserver:test"
 
+// nodeGrace is TestKindCluster's WithNodeGracePeriod.
+const nodeGrace = 16 * time.Second
+
 // buildEchoImage builds internal/echoserver statically and packs it into a
 // docker-archive holding echoImage.
 func buildEchoImage(t testing.TB, ctx context.Context) string {
@@ -153,7 +156,7 @@ func TestKindCluster(t *testing.T) {
 
 	// Two nodes, so that pod-to-pod traffic crosses nodes through
 	// kube-router's routes.
-	c := Start(t, WithWorkers(1))
+	c := Start(t, WithWorkers(1), WithNodeGracePeriod(nodeGrace))
 	cs := c.Client
 	controlPlane, worker := c.Name+"-control-plane", c.Name+"-worker"
 	if c.Name == "" || len(c.Nodes) != 2 || !slices.Contains(c.Nodes, controlPlane) || !slices.Contains(c.Nodes, worker) {
@@ -438,6 +441,101 @@ func TestKindCluster(t *testing.T) {
 		}
 		if out, err := c.NodeExec(ctx, node, nil, "test", "!", "-e", pv.Spec.HostPath.Path); err != nil {
 			t.Fatalf("volume folder %s left on the node: %v %s", pv.Spec.HostPath.Path, err, out)
+		}
+	})
+
+	// A killed node (KillNode) is NotReady after WithNodeGracePeriod's
+	// grace, not Kubernetes' 50 s, its pod leaves the Service's
+	// endpoints, and StartNode brings the node and the pod back.
+	t.Run("NodeLoss", func(t *testing.T) {
+		lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, worker, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := lease.Spec.LeaseDurationSeconds; d == nil || *d != int32(nodeGrace/time.Second) {
+			t.Fatalf("node %s's lease lasts %v s, want %d", worker, d, int(nodeGrace/time.Second))
+		}
+		cm, err := cs.CoreV1().Pods("kube-system").Get(ctx, "kube-controller-manager-"+controlPlane, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		flag := fmt.Sprintf("--node-monitor-grace-period=%ds", int(nodeGrace/time.Second))
+		if !slices.Contains(cm.Spec.Containers[0].Command, flag) {
+			t.Fatalf("the controller manager runs without %s: %v", flag, cm.Spec.Containers[0].Command)
+		}
+
+		pod := echoPod("survivor", map[string]string{"app": "survivor"}, "serve", "-addr", ":8080")
+		pod.Spec.NodeName = worker
+		pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+		pod.Spec.Containers[0].ReadinessProbe = &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
+			PeriodSeconds: 1,
+		}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "survivor"},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": "survivor"},
+				Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			},
+		}
+		if _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		readyEndpoints := func() int {
+			list, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=survivor"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, s := range list.Items {
+				for _, e := range s.Endpoints {
+					if e.Conditions.Ready != nil && *e.Conditions.Ready {
+						n++
+					}
+				}
+			}
+			return n
+		}
+		waitFor := func(what string, limit time.Duration, ok func() bool) time.Duration {
+			t.Helper()
+			t0 := time.Now()
+			for !ok() {
+				if time.Since(t0) > limit {
+					t.Fatalf("%s: not after %s", what, limit)
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+			return time.Since(t0)
+		}
+		waitFor("the survivor pod in its Service's endpoints", 3*time.Minute, func() bool { return readyEndpoints() == 1 })
+
+		killed := time.Now()
+		if err := c.KillNode(ctx, worker); err != nil {
+			t.Fatal(err)
+		}
+		// Kubernetes' default is 50 s; past that the grace did not apply.
+		notReady := waitFor("node "+worker+" NotReady after its kill", 50*time.Second, func() bool {
+			n, err := cs.CoreV1().Nodes().Get(ctx, worker, metav1.GetOptions{})
+			return err == nil && NodeReadyCondition(n).Status != corev1.ConditionTrue
+		})
+		gone := waitFor("the killed node's pod out of its Service's endpoints", 30*time.Second, func() bool { return readyEndpoints() == 0 })
+		t.Logf("node %s killed: NotReady after %s, its pod out of the endpoints %s later (grace %s)",
+			worker, notReady.Round(100*time.Millisecond), gone.Round(100*time.Millisecond), nodeGrace)
+		if since := time.Since(killed); since < nodeGrace-2*time.Second {
+			t.Fatalf("node %s NotReady %s after its kill, before its grace of %s: the node was not really lost", worker, since, nodeGrace)
+		}
+
+		if err := c.StartNode(ctx, worker); err != nil {
+			t.Fatal(err)
+		}
+		back := waitFor("the survivor pod back in its Service's endpoints", 3*time.Minute, func() bool { return readyEndpoints() == 1 })
+		t.Logf("node %s started again: its pod ready %s after the node", worker, back.Round(100*time.Millisecond))
+		out, err := c.NodeExec(ctx, worker, nil, "sh", "-c", "cat "+podsCPUSharesFile+" 2>/dev/null || echo v2")
+		if got := strings.TrimSpace(string(out)); err != nil || (got != "v2" && got != strconv.Itoa(PodsCPUShares)) {
+			t.Errorf("node %s after its start: %s = %q, %v", worker, podsCPUSharesFile, got, err)
 		}
 	})
 
