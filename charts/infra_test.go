@@ -883,6 +883,28 @@ func TestInfraReplicas(t *testing.T) {
 		if (d.Spec.Template.Spec.Affinity != nil) != (n > 1) {
 			t.Errorf("ingress replicas %d: anti-affinity %v", n, d.Spec.Template.Spec.Affinity)
 		}
+		// The spread over nodes: a rule with high availability (a lost
+		// node must leave a controller serving), a preference otherwise.
+		for _, availability := range []string{"single", "high"} {
+			r := infraMustRender(t, "ingress", valuesOf(t, fmt.Sprintf("replicas: %d\nglobal: {availability: %s}", n, availability)))
+			spread := r.deployments[0].Spec.Template.Spec.TopologySpreadConstraints
+			if n == 1 {
+				if len(spread) != 0 {
+					t.Errorf("ingress replicas 1, %s: topology spread %v", availability, spread)
+				}
+				continue
+			}
+			want := corev1.ScheduleAnyway
+			if availability == "high" {
+				want = corev1.DoNotSchedule
+			}
+			if len(spread) != 2 || spread[0].TopologyKey != corev1.LabelHostname || spread[0].WhenUnsatisfiable != want ||
+				spread[0].NodeTaintsPolicy == nil || *spread[0].NodeTaintsPolicy != corev1.NodeInclusionPolicyHonor ||
+				spread[0].LabelSelector == nil || !reflect.DeepEqual(spread[0].LabelSelector.MatchLabels, r.deployments[0].Spec.Selector.MatchLabels) ||
+				spread[1].TopologyKey != corev1.LabelTopologyZone || spread[1].WhenUnsatisfiable != corev1.ScheduleAnyway {
+				t.Errorf("ingress replicas %d, %s: topology spread %+v, want over nodes (%s) and zones (ScheduleAnyway)", n, availability, spread, want)
+			}
+		}
 	}
 }
 

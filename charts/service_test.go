@@ -528,8 +528,22 @@ func TestServiceSecurityContext(t *testing.T) {
 }
 
 func TestServicePodDisruptionBudgetAndSpread(t *testing.T) {
+	for _, availability := range []string{"single", "high"} {
+		t.Run(availability, func(t *testing.T) { testServiceSpread(t, availability) })
+	}
+}
+
+// testServiceSpread: with high availability the spread over nodes is a
+// rule (two replicas on one node are refused, so that a lost node leaves
+// the service serving), otherwise a preference; the spread over zones is
+// a preference either way; tainted and cordoned nodes never count.
+func testServiceSpread(t *testing.T, availability string) {
+	byNode := corev1.ScheduleAnyway
+	if availability == "high" {
+		byNode = corev1.DoNotSchedule
+	}
 	for _, replicas := range []int{0, 1, 2, 3} {
-		o := renderService(t, map[string]any{"replicas": replicas})
+		o := renderService(t, map[string]any{"replicas": replicas, "global": map[string]any{"availability": availability}})
 		spread := o.deploy.Spec.Template.Spec.TopologySpreadConstraints
 		if replicas <= 1 {
 			if o.pdb != nil {
@@ -554,7 +568,17 @@ func TestServicePodDisruptionBudgetAndSpread(t *testing.T) {
 			continue
 		}
 		for i, key := range []string{corev1.LabelHostname, corev1.LabelTopologyZone} {
-			if spread[i].TopologyKey != key || spread[i].MaxSkew != 1 || spread[i].WhenUnsatisfiable != corev1.ScheduleAnyway ||
+			want := corev1.ScheduleAnyway
+			if key == corev1.LabelHostname {
+				want = byNode
+			}
+			if p := spread[i].NodeTaintsPolicy; p == nil || *p != corev1.NodeInclusionPolicyHonor {
+				t.Errorf("replicas %d: topology spread %d counts tainted and cordoned nodes (nodeTaintsPolicy %v)", replicas, i, p)
+			}
+			if !reflect.DeepEqual(spread[i].MatchLabelKeys, []string{"pod-template-hash"}) {
+				t.Errorf("replicas %d: topology spread %d balances a rollout's new pods against the old (matchLabelKeys %v)", replicas, i, spread[i].MatchLabelKeys)
+			}
+			if spread[i].TopologyKey != key || spread[i].MaxSkew != 1 || spread[i].WhenUnsatisfiable != want ||
 				spread[i].LabelSelector == nil || !reflect.DeepEqual(spread[i].LabelSelector.MatchLabels, o.deploy.Spec.Selector.MatchLabels) {
 				t.Errorf("replicas %d: topology spread %d = %+v, want one by %s over the pods", replicas, i, spread[i], key)
 			}

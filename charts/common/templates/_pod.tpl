@@ -77,3 +77,39 @@ args:
   {{- toYaml .args | nindent 2 }}
 {{- end }}
 {{- end -}}
+
+{{/*
+topologySpreadConstraints that spread a workload's pods over nodes, and
+over zones where the nodes carry topology.kubernetes.io/zone. With high
+availability the spread over nodes is a rule (DoNotSchedule): the promise
+is that losing one node leaves every component serving, so two replicas
+on one node are refused rather than started (preflight asks for three
+schedulable nodes; tainted and cordoned nodes do not count,
+nodeTaintsPolicy Honor, so a drain still finds room). Otherwise it is a
+preference (ScheduleAnyway): a cluster may have fewer schedulable nodes
+than replicas, and a service that does not start is worse than two
+replicas on one node. The zone spread stays a preference either way (a
+cluster may have no zones). pod-template-hash keeps a rollout's new pods
+from being balanced against the old ones. Argument: dict with ctx (the
+root context) and labels (the pods' selector labels, YAML).
+*/}}
+{{- define "common.spreadOverNodes" -}}
+- maxSkew: 1
+  topologyKey: kubernetes.io/hostname
+  whenUnsatisfiable: {{ if include "common.ha" .ctx }}DoNotSchedule{{ else }}ScheduleAnyway{{ end }}
+  nodeTaintsPolicy: Honor
+  labelSelector:
+    matchLabels:
+      {{- .labels | nindent 6 }}
+  matchLabelKeys:
+    - pod-template-hash
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: ScheduleAnyway
+  nodeTaintsPolicy: Honor
+  labelSelector:
+    matchLabels:
+      {{- .labels | nindent 6 }}
+  matchLabelKeys:
+    - pod-template-hash
+{{- end -}}
