@@ -1126,6 +1126,11 @@ func TestInfraIngress(t *testing.T) {
 		if rb := r.roleBindings[0]; rb.Namespace != infraNamespace || rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != "ingress-controller" || len(rb.Subjects) != 1 || rb.Subjects[0].Name != "ingress-controller" {
 			t.Errorf("RoleBinding: %+v", rb)
 		}
+		// A service with no ready replica keeps its route (503), so that
+		// its paths never fall to another service's shorter prefix.
+		if !slices.Contains(r.deployments[0].Spec.Template.Spec.Containers[0].Args, "--providers.kubernetesingress.allowEmptyServices=true") {
+			t.Errorf("the Ingress provider drops the routes of a service without ready replicas: %v", r.deployments[0].Spec.Template.Spec.Containers[0].Args)
+		}
 		if !slices.Contains(r.deployments[0].Spec.Template.Spec.Containers[0].Args, "--providers.kubernetesingress.namespaces="+infraNamespace) {
 			t.Errorf("the Ingress provider is not limited to the platform namespace: %v", r.deployments[0].Spec.Template.Spec.Containers[0].Args)
 		}
