@@ -82,7 +82,21 @@
 //     disaster recovery (recovery_test.go), after which status shows the
 //     backup restored from as a successful backup and the restore as the
 //     last operation;
-//  10. `onprem uninstall` leaves the PersistentVolumeClaims;
+//  10. on that second cluster (a control plane and three workers, a lost
+//     node NotReady after 16 s), `onprem runtime uninstall` and `runner
+//     uninstall`, then `onprem uninstall` leaves the PersistentVolumeClaims;
+//     then high availability (ha_test.go): the volumes deleted, 2.8.0
+//     installed afresh with `availability: high` (MongoDB external: a
+//     FerretDB on this machine, since the ring has no MongoDB with replica
+//     sets), every database member on a node of its own; then the node of
+//     the PostgreSQL primary, and after it is back that of the Redis
+//     master, killed (docker kill) while records are written and services
+//     asked for their databases through the ingress controller and
+//     records written to PostgreSQL through audit-manager: another member
+//     leads, the platform serves again (the time and each cause's last
+//     failure are logged and written to the timing file), every write
+//     acknowledged before and during the loss is read back, and the node's
+//     pods are all ready again once it starts;
 //  11. writes the timing figures (per component apply-to-Ready, total
 //     install time, the true critical path and the ratio between them,
 //     requests sent and failed during each upgrade and the re-run) to a

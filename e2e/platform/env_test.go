@@ -43,6 +43,8 @@ type env struct {
 	// publicKeyFile is bundle.pub of the key the e2e's bundles are signed
 	// with (signingKeys); every configuration trusts it in spec.trust.
 	publicKeyFile string
+	// haConfig is the high-availability step's onprem.yaml.
+	haConfig string
 }
 
 type stepTime struct {

@@ -212,6 +212,9 @@ func (e *env) disasterRecovery(ctx context.Context, version, bundle string, reco
 	e.allReady(version)
 	e.step("every record, Secret and registration is back", func() {
 		e.ingressClient(ctx)
+		// audit-manager runs on a worker of this cluster: the test's
+		// reads of PostgreSQL through the API server need a policy.
+		e.allowAPIServerProxy(ctx)
 		e.checkService("/api", "pipelines-api", version, "mongodb", "redis", "rabbitmq")
 		e.checkRecords(ctx, records)
 		if got := e.generatedSecrets(ctx); !reflect.DeepEqual(got, secret) {
@@ -259,16 +262,20 @@ func (e *env) disasterRecovery(ctx context.Context, version, bundle string, reco
 	})
 }
 
-// startCluster makes the test's kind cluster (again), trusting the
-// registry the bundles were pushed to.
+// startCluster makes the test's second kind cluster, trusting the registry
+// the bundles were pushed to: a control plane and haWorkers workers, whose
+// loss is noticed after haNodeGrace (the high-availability step kills
+// them). Clients reach the ingress controller on the control plane's
+// node, which no step kills.
 func (e *env) startCluster(ctx context.Context) {
-	e.cluster = kindcluster.Start(e.t, kindcluster.WithStartTimeout(10*time.Minute))
+	e.cluster = kindcluster.Start(e.t, kindcluster.WithStartTimeout(10*time.Minute),
+		kindcluster.WithWorkers(haWorkers), kindcluster.WithNodeGracePeriod(haNodeGrace))
 	e.kubeconfig = e.cluster.Kubeconfig
 	if err := e.cluster.TrustRegistry(ctx, e.registry); err != nil {
 		e.t.Fatal(err)
 	}
 	var err error
-	if e.nodeIP, err = e.cluster.NodeIP(ctx, e.cluster.Nodes[0]); err != nil {
+	if e.nodeIP, err = e.cluster.NodeIP(ctx, e.cluster.Name+"-control-plane"); err != nil {
 		e.t.Fatal(err)
 	}
 }

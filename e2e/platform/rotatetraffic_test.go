@@ -78,6 +78,8 @@ type recordTraffic struct {
 	writing atomic.Bool
 	mu      sync.Mutex
 	written map[string]writtenRecord
+	// answeredBy: the service that must answer a read path (read).
+	answeredBy map[string]string
 }
 
 // writtenRecord is a record written during the traffic: where, and what.
@@ -108,7 +110,7 @@ func (e *env) startRecordTraffic(client *http.Client, paths []string) *recordTra
 				defer wg.Done()
 				if i%2 == 1 || !rt.writing.Load() {
 					path := paths[(i/2)%len(paths)]
-					rt.record(path, call(client, http.MethodGet, path, "", nil))
+					rt.record(path, rt.read(client, path))
 					return
 				}
 				prefix := writeTargets[(i/2)%len(writeTargets)]
@@ -125,6 +127,28 @@ func (e *env) startRecordTraffic(client *http.Client, paths []string) *recordTra
 		}
 	}()
 	return rt
+}
+
+// read GETs path; when answeredBy names the service that must answer it,
+// an answer from any other (a route that fell to a shorter prefix) is a
+// failure too.
+func (rt *recordTraffic) read(client *http.Client, path string) error {
+	rt.mu.Lock()
+	want := rt.answeredBy[path]
+	rt.mu.Unlock()
+	if want == "" {
+		return call(client, http.MethodGet, path, "", nil)
+	}
+	var got struct {
+		Service string `json:"service"`
+	}
+	if err := call(client, http.MethodGet, path, "", &got); err != nil {
+		return err
+	}
+	if got.Service != want {
+		return fmt.Errorf("answered by %q, not %s", got.Service, want)
+	}
+	return nil
 }
 
 // stopWriting makes the traffic read only, and returns the records it
@@ -161,4 +185,11 @@ func (e *env) checkWritten(written map[string]writtenRecord) {
 		}
 	}
 	e.t.Logf("%d record(s) written during the rotations read back through the ingress controller", len(written))
+}
+
+// setAnsweredBy sets which service must answer each read path.
+func (rt *recordTraffic) setAnsweredBy(m map[string]string) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.answeredBy = m
 }

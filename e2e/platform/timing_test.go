@@ -39,6 +39,8 @@ type timing struct {
 	// operations that must keep serving (or whose interruption is
 	// measured).
 	traffic []trafficResult
+	// failovers: the high-availability step's node losses.
+	failovers []failover
 }
 
 // record takes the install's result and computes the critical path: the
@@ -128,6 +130,12 @@ func (tm *timing) write(t *testing.T) (string, string) {
 		fmt.Fprintf(&b, "\nrequests through the ingress controller (%d per second) during:\n", trafficRate)
 		for _, r := range tm.traffic {
 			fmt.Fprintf(&b, "  %s\n", r)
+		}
+	}
+	if len(tm.failovers) > 0 {
+		fmt.Fprintf(&b, "\nnode losses with availability high (a node killed under traffic; another member leads after; the platform serves again after):\n")
+		for _, f := range tm.failovers {
+			fmt.Fprintf(&b, "  %s primary's node %s: led again after %.1f s, served again after %.1f s\n", f.DB, f.Node, f.Led.Seconds(), f.Served.Seconds())
 		}
 	}
 	if tm.recovery > 0 {

@@ -4,8 +4,11 @@ package platform
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +33,10 @@ type traffic struct {
 	lastFail  time.Time
 	examples  []string
 	started   time.Time
+	// causes: the last failure of each cause (failureCauses).
+	causes map[string]time.Time
+	// lastExamples: the last five failures.
+	lastExamples []string
 }
 
 // trafficResult is what the timing file reports for one operation.
@@ -95,8 +102,19 @@ func (tr *traffic) record(path string, err error) {
 	}
 	tr.failed++
 	tr.lastFail = now
+	if tr.causes == nil {
+		tr.causes = map[string]time.Time{}
+	}
+	for _, c := range failureCauses(path, err) {
+		tr.causes[c] = now
+	}
+	ex := fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err)
 	if len(tr.examples) < 5 {
-		tr.examples = append(tr.examples, fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err))
+		tr.examples = append(tr.examples, ex)
+	}
+	// The last ones too: what failed last says what ended the outage.
+	if tr.lastExamples = append(tr.lastExamples, ex); len(tr.lastExamples) > 5 {
+		tr.lastExamples = tr.lastExamples[1:]
 	}
 }
 
@@ -142,4 +160,50 @@ func (e *env) serviceTemplates(ctx context.Context) map[string]string {
 		out[d.Name] = fmt.Sprint(d.Generation)
 	}
 	return out
+}
+
+// failureCauses names what a failed request failed on: the databases a
+// service's readiness answer (503) says do not answer, else the request's
+// path (the ingress controller or the service did not answer).
+func failureCauses(path string, err error) []string {
+	msg := err.Error()
+	if i := strings.Index(msg, "{"); i >= 0 && strings.Contains(msg, `"deps"`) {
+		var h struct {
+			Deps map[string]string `json:"deps"`
+		}
+		if json.Unmarshal([]byte(msg[i:]), &h) == nil {
+			var out []string
+			for dep, state := range h.Deps {
+				if state != "ok" {
+					out = append(out, dep)
+				}
+			}
+			if len(out) > 0 {
+				sort.Strings(out)
+				return out
+			}
+		}
+	}
+	if i := strings.Index(path, "/records/"); i >= 0 {
+		path = path[:i] + "/records" // one cause for every record's path
+	}
+	return []string{path}
+}
+
+// lastFailures returns the last failure of each cause, sorted by cause.
+func (tr *traffic) lastFailures() []causeFailure {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []causeFailure
+	for c, at := range tr.causes {
+		out = append(out, causeFailure{c, at})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cause < out[j].Cause })
+	return out
+}
+
+// causeFailure is the last failure of one cause.
+type causeFailure struct {
+	Cause string
+	At    time.Time
 }

@@ -24,8 +24,9 @@ type Options struct {
 	// nil logs through slog at Info level.
 	Log func(format string, args ...any)
 	// Images are the names of the images to build (default:
-	// images.SingleNames(): the kind e2e's cluster has one node, so its
-	// platform runs spec.availability single).
+	// images.SingleNames(), what a platform of spec.availability single
+	// runs, as `make demo`'s; the kind e2e asks for images.Names(), since
+	// its high-availability step runs the HA images too).
 	Images []string
 }
 

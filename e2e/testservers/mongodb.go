@@ -44,6 +44,14 @@ const ferretModule = "github.com/FerretDB/FerretDB"
 // zip lacks and without which the binary panics), build.log, .lock.
 func MongoDB(t testing.TB, user, password string) string {
 	t.Helper()
+	return MongoDBAt(t, "127.0.0.1", user, password)
+}
+
+// MongoDBAt is MongoDB listening on ip instead of loopback: the address of
+// a docker network's gateway, for example, so that pods of a kind cluster
+// can reach it as an external MongoDB.
+func MongoDBAt(t testing.TB, ip, user, password string) string {
+	t.Helper()
 	bin, err := FerretDB(context.Background(), t.Logf)
 	if err != nil {
 		t.Fatalf("testservers: %v", err)
@@ -54,7 +62,7 @@ func MongoDB(t testing.TB, user, password string) string {
 		t.Fatal(err)
 	}
 	port, debugPort := FreePort(t), FreePort(t)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := net.JoinHostPort(ip, strconv.Itoa(port))
 	cmd := exec.Command(bin,
 		"--handler=sqlite", "--sqlite-url=file:"+data+"/",
 		"--listen-addr="+addr,
