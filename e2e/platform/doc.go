@@ -83,8 +83,8 @@
 //     backup restored from as a successful backup and the restore as the
 //     last operation;
 //  10. on that second cluster (a control plane and three workers, a lost
-//     node NotReady after 16 s), `onprem runtime uninstall` and `runner
-//     uninstall`, then `onprem uninstall` leaves the PersistentVolumeClaims;
+//     node NotReady after 16 s), `onprem uninstall` leaves the
+//     PersistentVolumeClaims (the runner and the runtime stay);
 //     then high availability (ha_test.go): the volumes deleted, 2.8.0
 //     installed afresh with `availability: high` (MongoDB external: a
 //     FerretDB on this machine, since the ring has no MongoDB with replica

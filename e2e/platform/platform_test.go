@@ -389,20 +389,6 @@ func TestPlatform(t *testing.T) {
 
 	e.disasterRecovery(ctx, mid, bundles[mid], records)
 
-	// Before the platform's uninstall, which needs neither; they also
-	// leave the CPU of this machine to the high-availability step.
-	e.step("the GitOps runtime and the build runner uninstalled", func() {
-		e.onprem("runtime", "uninstall", "codefresh", "-c", cfg, "--kubeconfig", e.kubeconfig)
-		e.onprem("runner", "uninstall", "default", "-c", cfg, "--kubeconfig", e.kubeconfig)
-		var runners action.RunnerListResult
-		e.onpremJSON(&runners, "runner", "list", "-c", cfg, "--kubeconfig", e.kubeconfig)
-		var runtimes action.RuntimeListResult
-		e.onpremJSON(&runtimes, "runtime", "list", "-c", cfg, "--kubeconfig", e.kubeconfig)
-		if len(runners.Runners) != 0 || len(runtimes.Runtimes) != 0 {
-			t.Fatalf("after their uninstall: runners %+v, runtimes %+v", runners.Runners, runtimes.Runtimes)
-		}
-	})
-
 	e.step("uninstall keeps the volumes", func() {
 		pvcs, err := e.cluster.Client.CoreV1().PersistentVolumeClaims(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
