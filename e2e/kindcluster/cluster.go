@@ -353,11 +353,19 @@ const podsCPUSharesFile = "/sys/fs/cgroup/cpu/kubelet.slice/cpu.shares"
 
 // weighPods sets PodsCPUShares in every node of a cgroup v1 host.
 func (c *Cluster) weighPods(ctx context.Context) error {
-	script := fmt.Sprintf(`f=%s; [ -e "$f" ] || exit 0; echo %d > "$f"`, podsCPUSharesFile, PodsCPUShares)
 	for _, n := range c.Nodes {
-		if err := c.nodeExecQuiet(ctx, n, "sh", "-c", script); err != nil {
-			return fmt.Errorf("kindcluster: giving the pods of node %s their CPU weight: %w", n, err)
+		if err := c.weighNode(ctx, n); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// weighNode sets PodsCPUShares in one node (nothing on cgroup v2).
+func (c *Cluster) weighNode(ctx context.Context, node string) error {
+	script := fmt.Sprintf(`f=%s; [ -e "$f" ] || exit 0; echo %d > "$f"`, podsCPUSharesFile, PodsCPUShares)
+	if err := c.nodeExecQuiet(ctx, node, "sh", "-c", script); err != nil {
+		return fmt.Errorf("kindcluster: giving the pods of node %s their CPU weight: %w", node, err)
 	}
 	return nil
 }
@@ -495,12 +503,7 @@ func (c *Cluster) ready(ctx context.Context) (bool, string, error) {
 }
 
 func nodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return NodeReadyCondition(n).Status == corev1.ConditionTrue
 }
 
 func replicas(d *appsv1.Deployment) int32 {

@@ -44,9 +44,8 @@ func (c *Cluster) StartNode(ctx context.Context, node string) error {
 		case readySince(n, t0):
 			// The kubelet makes kubelet.slice when it starts, so it is
 			// there to weigh once the node is Ready.
-			script := fmt.Sprintf(`f=%s; [ -e "$f" ] || exit 0; echo %d > "$f"`, podsCPUSharesFile, PodsCPUShares)
-			if err := c.nodeExecQuiet(ctx, node, "sh", "-c", script); err != nil {
-				return fmt.Errorf("kindcluster: giving the pods of node %s their CPU weight again: %w", node, err)
+			if err := c.weighNode(ctx, node); err != nil {
+				return err
 			}
 			c.logf("kindcluster: node %s Ready again %s after its start", node, time.Since(t0).Round(100*time.Millisecond))
 			return nil

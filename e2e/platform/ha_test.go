@@ -188,8 +188,8 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	// The reads ask each service whether every database it uses answers
 	// (readyz: MongoDB, Redis and RabbitMQ), through the ingress
 	// controller.
-	rt := e.startRecordTraffic(e.client, []string{"/api/readyz", "/gitops/api/readyz"})
-	rt.setAnsweredBy(map[string]string{"/api/readyz": "pipelines-api", "/gitops/api/readyz": "gitops-api"})
+	rt := e.startRecordTraffic(e.client, []string{"/api/readyz", "/gitops/api/readyz"},
+		map[string]string{"/api/readyz": "pipelines-api", "/gitops/api/readyz": "gitops-api"})
 	time.Sleep(5 * time.Second) // writes acknowledged before the loss too
 
 	killed := time.Now()

@@ -75,7 +75,7 @@ func (e *env) rotateEverything(ctx context.Context, paths []string, records map[
 		trust := newTrust(t, oldCA)
 		transport := trust.transport(e.nodeIP)
 		client := &http.Client{Timeout: 5 * time.Second, Transport: transport}
-		recs := e.startRecordTraffic(client, paths)
+		recs := e.startRecordTraffic(client, paths, nil)
 		tokens := e.startTokenTraffic(ctx, client, keysPrefix, tok.Token)
 		proxied := e.startProxyTraffic(ctx, "audit-manager", "records/"+key)
 		took := map[string]time.Duration{}

@@ -78,7 +78,8 @@ type recordTraffic struct {
 	writing atomic.Bool
 	mu      sync.Mutex
 	written map[string]writtenRecord
-	// answeredBy: the service that must answer a read path (read).
+	// answeredBy: the service that must answer a read path (read); set
+	// once, before the traffic starts.
 	answeredBy map[string]string
 }
 
@@ -89,9 +90,14 @@ type writtenRecord struct{ prefix, value string }
 // ingress controller.
 var writeTargets = []string{"/api", "/gitops/api"}
 
-func (e *env) startRecordTraffic(client *http.Client, paths []string) *recordTraffic {
+// startRecordTraffic starts a recordTraffic. answeredBy names, for a read
+// path, the service that must answer it (its JSON's "service"): an answer
+// from another one, a route that fell to a shorter prefix, is a failure
+// too. nil checks no read's sender.
+func (e *env) startRecordTraffic(client *http.Client, paths []string, answeredBy map[string]string) *recordTraffic {
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &recordTraffic{traffic: &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}, written: map[string]writtenRecord{}}
+	rt := &recordTraffic{traffic: &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()},
+		written: map[string]writtenRecord{}, answeredBy: answeredBy}
 	rt.writing.Store(true)
 	go func() {
 		defer close(rt.done)
@@ -129,13 +135,9 @@ func (e *env) startRecordTraffic(client *http.Client, paths []string) *recordTra
 	return rt
 }
 
-// read GETs path; when answeredBy names the service that must answer it,
-// an answer from any other (a route that fell to a shorter prefix) is a
-// failure too.
+// read GETs path, checking who answered it (answeredBy).
 func (rt *recordTraffic) read(client *http.Client, path string) error {
-	rt.mu.Lock()
 	want := rt.answeredBy[path]
-	rt.mu.Unlock()
 	if want == "" {
 		return call(client, http.MethodGet, path, "", nil)
 	}
@@ -185,11 +187,4 @@ func (e *env) checkWritten(written map[string]writtenRecord) {
 		}
 	}
 	e.t.Logf("%d record(s) written during the rotations read back through the ingress controller", len(written))
-}
-
-// setAnsweredBy sets which service must answer each read path.
-func (rt *recordTraffic) setAnsweredBy(m map[string]string) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	rt.answeredBy = m
 }
