@@ -177,7 +177,7 @@ func (p *Plan) Steps() []buildplan.Step {
 	b := p.b
 	var steps []buildplan.Step
 	estimates := map[string]time.Duration{
-		"traefik": 10 * time.Minute, "mongodb": 8 * time.Minute, "onprem": time.Minute,
+		"traefik": 7 * time.Minute, "mongodb": 8 * time.Minute, "onprem": time.Minute,
 		"postgresql": 30 * time.Second, "redis": 20 * time.Second, "rabbitmq": 30 * time.Second,
 		"rootfs-postgresql": 2 * time.Minute, "rootfs-redis": 45 * time.Second, "rootfs-rabbitmq": 90 * time.Second,
 		"rootfs-" + GitopsRuntime: time.Minute, "rootfs-postgresql-ha": 2 * time.Minute, "rootfs-redis-ha": 45 * time.Second,

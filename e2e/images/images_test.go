@@ -5,6 +5,7 @@ package images
 import (
 	"bufio"
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -512,6 +513,26 @@ func TestTraefikIsTheRightVersionAndServesItsPing(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("traefik version does not say %q:\n%s", want, out)
 		}
+	}
+	// Built against our copy of lego, which links no DNS provider: none
+	// of the cloud SDKs they bring is in the binary's build information.
+	info, err := buildinfo.ReadFile(filepath.Join(root, "usr", "local", "bin", "traefik"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	legoReplaced := false
+	for _, d := range info.Deps {
+		if d.Path == legoModule {
+			legoReplaced = d.Replace != nil && d.Replace.Path == "./"+legoDir
+		}
+		for _, sdk := range []string{"github.com/aws/aws-sdk-go-v2/service/route53", "github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/dns", "github.com/huaweicloud/"} {
+			if strings.HasPrefix(d.Path, sdk) {
+				t.Errorf("traefik links %s %s, a module only lego's DNS providers use", d.Path, d.Version)
+			}
+		}
+	}
+	if !legoReplaced {
+		t.Errorf("traefik is not built against the wrapper module's copy of %s (./%s)", legoModule, legoDir)
 	}
 	// The chart's arguments (providers included; no API server answers
 	// here): the ping entry point answers the chart's probes, the web
