@@ -145,7 +145,11 @@ func writeKubeadmPatches(dir string, nodeGrace time.Duration) error {
 		}
 	}
 	if nodeGrace > 0 {
-		patch := fmt.Sprintf("- op: add\n  path: /spec/containers/0/command/-\n  value: --node-monitor-grace-period=%ds\n", nodeLeaseSeconds(nodeGrace))
+		// The controller looks at the nodes every --node-monitor-period
+		// (5 s by default): a node is marked NotReady up to that long
+		// after its grace period ends; every 2 s, at most 2 s.
+		patch := fmt.Sprintf("- op: add\n  path: /spec/containers/0/command/-\n  value: --node-monitor-grace-period=%ds\n", nodeLeaseSeconds(nodeGrace)) +
+			"- op: add\n  path: /spec/containers/0/command/-\n  value: --node-monitor-period=2s\n"
 		if err := os.WriteFile(filepath.Join(dir, "kube-controller-manager-nodeloss+json.yaml"), []byte(patch), 0o644); err != nil {
 			return fmt.Errorf("kindcluster: kubeadm patches: %w", err)
 		}
@@ -199,8 +203,8 @@ func WithWorkers(n int) Option { return func(c *config) { c.workers = n } }
 
 // WithNodeGracePeriod makes a lost node NotReady after grace (at least
 // 4 s) instead of Kubernetes' 50 s: the controller manager's
-// --node-monitor-grace-period, and a kubelet lease of that length (renewed
-// every quarter of it). Once a node is NotReady its pods are no longer
+// --node-monitor-grace-period (looked at every 2 s, --node-monitor-period),
+// and a kubelet lease of that length (renewed every quarter of it). Once a node is NotReady its pods are no longer
 // ready and leave their Services' endpoints, so this bounds how long a
 // Service still sends requests to a killed node (KillNode).
 func WithNodeGracePeriod(grace time.Duration) Option { return func(c *config) { c.nodeGrace = grace } }

@@ -459,9 +459,10 @@ func TestKindCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		flag := fmt.Sprintf("--node-monitor-grace-period=%ds", int(nodeGrace/time.Second))
-		if !slices.Contains(cm.Spec.Containers[0].Command, flag) {
-			t.Fatalf("the controller manager runs without %s: %v", flag, cm.Spec.Containers[0].Command)
+		for _, flag := range []string{fmt.Sprintf("--node-monitor-grace-period=%ds", int(nodeGrace/time.Second)), "--node-monitor-period=2s"} {
+			if !slices.Contains(cm.Spec.Containers[0].Command, flag) {
+				t.Fatalf("the controller manager runs without %s: %v", flag, cm.Spec.Containers[0].Command)
+			}
 		}
 
 		pod := echoPod("survivor", map[string]string{"app": "survivor"}, "serve", "-addr", ":8080")
