@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -459,10 +460,19 @@ global: {imagePullSecrets: [pull-a, pull-b]}
 		c.Resources.Limits.Memory().String() != "600Mi" {
 		t.Errorf("resources = %+v", c.Resources)
 	}
-	for name, p := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != name || p.HTTPGet.Port != intstr.FromString("http") {
-			t.Errorf("probe for %s = %+v, want GET %s on port http", name, p, name)
+	// A pod starts once its databases answer (readyz in the startup
+	// probe); then readiness asks only the process, so that a database's
+	// failover does not take every replica out of the Service at once.
+	for _, pr := range []struct {
+		name, path string
+		p          *corev1.Probe
+	}{{"liveness", "/healthz", c.LivenessProbe}, {"readiness", "/healthz", c.ReadinessProbe}, {"startup", "/readyz", c.StartupProbe}} {
+		if p := pr.p; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != pr.path || p.HTTPGet.Port != intstr.FromString("http") {
+			t.Errorf("%s probe = %+v, want GET %s on port http", pr.name, p, pr.path)
 		}
+	}
+	if p := c.StartupProbe; p != nil && time.Duration(p.PeriodSeconds*p.FailureThreshold)*time.Second < 3*time.Minute {
+		t.Errorf("startup probe gives a pod %d x %d s to find its databases, want at least 3 minutes before a restart", p.FailureThreshold, p.PeriodSeconds)
 	}
 	if o.svc.Spec.Type != corev1.ServiceTypeClusterIP || len(o.svc.Spec.Ports) != 1 ||
 		o.svc.Spec.Ports[0].Port != 80 || o.svc.Spec.Ports[0].TargetPort != intstr.FromString("http") {

@@ -624,8 +624,12 @@ func collectHealth(ctx context.Context, c *collection) (int, []string) {
 	for _, d := range deps.Items {
 		path := ""
 		for _, ct := range d.Spec.Template.Spec.Containers {
-			if p := ct.ReadinessProbe; p != nil && p.HTTPGet != nil && strings.HasSuffix(p.HTTPGet.Path, "readyz") {
-				path = p.HTTPGet.Path
+			// The service chart asks readyz in its startup probe (its
+			// readiness asks healthz); older charts in the readiness probe.
+			for _, p := range []*corev1.Probe{ct.StartupProbe, ct.ReadinessProbe} {
+				if p != nil && p.HTTPGet != nil && strings.HasSuffix(p.HTTPGet.Path, "readyz") && path == "" {
+					path = p.HTTPGet.Path
+				}
 			}
 		}
 		if path == "" {

@@ -105,12 +105,21 @@ func (p proxyAnswer) Stream(context.Context) (io.ReadCloser, error) {
 
 var _ restclient.ResponseWrapper = proxyAnswer{}
 
-func readyzDeployment(name string) *appsv1.Deployment {
+// readyzDeployment is a service whose readyz the collector asks: in its
+// startup probe as the service chart has it (its readiness asks healthz),
+// or, for an older chart's, in its readiness probe.
+func readyzDeployment(name string, inReadiness bool) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
+	get := func(path string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(8080)}}}
+	}
+	c := corev1.Container{Name: "main", StartupProbe: get("/api/readyz"), ReadinessProbe: get("/api/healthz")}
+	if inReadiness {
+		c = corev1.Container{Name: "main", ReadinessProbe: get("/api/readyz")}
+	}
 	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: platformNS, Labels: map[string]string{render.ComponentLabel: name}},
 		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-				HTTPGet: &corev1.HTTPGetAction{Path: "/api/readyz", Port: intstr.FromInt32(8080)}}}}}}}}}
+			Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}}}
 }
 
 func service(name string) *corev1.Service {
@@ -143,9 +152,9 @@ func cluster(t *testing.T) *fake.Clientset {
 		readyPod(platformNS, "pending-0", "", "1", corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}),
 		readyPod("runner", "agent-0", "node-2", "100m"),
 		readyPod("elsewhere", "other-0", "node-2", "2"),
-		readyzDeployment("api"), service("api"),
-		readyzDeployment("ui"), service("ui"),
-		readyzDeployment("broker"), service("broker"),
+		readyzDeployment("api", false), service("api"),
+		readyzDeployment("ui", true), service("ui"),
+		readyzDeployment("broker", false), service("broker"),
 	)
 	st := &state.State{Installation: "acme", Namespace: platformNS, Version: "1.2.3",
 		Runners:  map[string]state.Runner{"r1": {Namespace: "runner", EngineNamespace: "runner-engine"}},
