@@ -17,6 +17,8 @@
 //	GET  .../deps             each dependency and whether it answers
 //	PUT  .../records/KEY      body = value; written to every database it uses
 //	GET  .../records/KEY      the value read back from every database
+//	POST .../messages         body = message; 200 once RabbitMQ confirms it (queue SERVICE.messages)
+//	GET  .../messages         {"taken"}: every queued message, consumed
 //	POST .../tokens           {"token"}: a token signed with the signing key
 //	GET  .../tokens/TOKEN     200 when a key of the signing ring signed it, else 401
 //	POST .../sealed           body = value; {"sealed"}: encrypted with the encryption key
@@ -291,6 +293,10 @@ func (s *Service) Handler() http.Handler {
 			s.records(w, r, last)
 			return
 		}
+		if last == "messages" {
+			s.messages(w, r)
+			return
+		}
 		if last == "tokens" || last == "sealed" || len(parts) >= 2 && (parts[len(parts)-2] == "tokens" || parts[len(parts)-2] == "sealed") {
 			s.keys(w, r, parts)
 			return
@@ -363,6 +369,51 @@ func (s *Service) records(w http.ResponseWriter, r *http.Request, key string) {
 		}
 	default:
 		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "GET or PUT"})
+	}
+}
+
+// brokerTimeout bounds a publish: the connection, the queue's declaration
+// and the broker's confirm.
+const brokerTimeout = 5 * time.Second
+
+// messages publishes a message (POST, answered once the broker confirms
+// it) or takes every queued one (GET).
+func (s *Service) messages(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodPost:
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		// Bounded as a service's own calls are: a broker that does not
+		// answer (its node lost) is an error at once, not a hung request.
+		ctx, cancel := context.WithTimeout(r.Context(), brokerTimeout)
+		defer cancel()
+		if err := s.Publish(ctx, string(body)); err != nil {
+			code := http.StatusServiceUnavailable
+			if errors.Is(err, ErrNoRabbitMQ) {
+				code = http.StatusNotImplemented
+			}
+			writeJSON(w, code, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"queue": QueueName(s.cfg.Service), "confirmed": "true"})
+	case http.MethodGet:
+		ctx, cancel := context.WithTimeout(r.Context(), 4*brokerTimeout)
+		defer cancel()
+		taken, err := s.Take(ctx)
+		if err != nil {
+			code := http.StatusServiceUnavailable
+			if errors.Is(err, ErrNoRabbitMQ) {
+				code = http.StatusNotImplemented
+			}
+			writeJSON(w, code, map[string]any{"error": err.Error(), "taken": taken})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"queue": QueueName(s.cfg.Service), "taken": taken})
+	default:
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "GET or POST"})
 	}
 }
 

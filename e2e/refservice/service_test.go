@@ -3,6 +3,7 @@ package refservice
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -165,6 +166,20 @@ func TestReferenceServiceAgainstRealServers(t *testing.T) {
 	}
 	if code, _ := call(t, h, "GET", "/api/records/nope", ""); code != http.StatusNotFound {
 		t.Errorf("missing record: %d", code)
+	}
+	// Messages: published with the broker's confirm, taken back in order
+	// by a new connection, each once.
+	for _, m := range []string{"build-1 started", "build-1 green"} {
+		if code, v := call(t, h, "POST", "/api/messages", m); code != 200 || v["confirmed"] != "true" {
+			t.Fatalf("publish %q: %d %v", m, code, v)
+		}
+	}
+	code, taken := call(t, h, "GET", "/api/messages", "")
+	if got := fmt.Sprint(taken["taken"]); code != 200 || got != "[build-1 started build-1 green]" || taken["queue"] != "pipelines-api.messages" {
+		t.Errorf("messages taken: %d %v", code, taken)
+	}
+	if code, again := call(t, h, "GET", "/api/messages", ""); code != 200 || again["taken"] != nil {
+		t.Errorf("messages taken twice: %d %v", code, again)
 	}
 	if err := svc.Migrate(ctx, "2.8.0"); err != nil {
 		t.Fatal(err)

@@ -187,8 +187,9 @@ func redisPing(ctx context.Context, e *Endpoint) error {
 	return nil
 }
 
-// rabbitPing opens an AMQP connection and a channel with the credentials.
-func rabbitPing(ctx context.Context, e *Endpoint) error {
+// rabbitDial opens an AMQP connection with the credentials, within ctx's
+// deadline.
+func rabbitDial(ctx context.Context, e *Endpoint) (*amqp.Connection, error) {
 	u := url.URL{Scheme: "amqp", User: url.UserPassword(e.Username, e.Password), Host: e.Addr(), Path: "/"}
 	cfg := amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -196,7 +197,12 @@ func rabbitPing(ctx context.Context, e *Endpoint) error {
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Heartbeat = time.Until(dl)
 	}
-	c, err := amqp.DialConfig(u.String(), cfg)
+	return amqp.DialConfig(u.String(), cfg)
+}
+
+// rabbitPing opens an AMQP connection and a channel with the credentials.
+func rabbitPing(ctx context.Context, e *Endpoint) error {
+	c, err := rabbitDial(ctx, e)
 	if err != nil {
 		return err
 	}
