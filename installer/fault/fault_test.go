@@ -76,6 +76,12 @@ func TestPodFaultsAreJudged(t *testing.T) {
 			ConfigError, true, "couldn't find key password", ""},
 		{"missing secret", waiting("CreateContainerConfigError", `secret "gitops-api-mongodb" not found`),
 			ConfigError, true, "not found", ""},
+		// Seen on the kind ring's HA install: the kubelet retries, the
+		// container started a moment later.
+		{"the kubelet's secret cache late", waiting("CreateContainerConfigError", `failed to sync secret cache: timed out waiting for the condition`),
+			"", false, "waits for the kubelet to read its configuration", "waits for the kubelet: failed to sync secret cache"},
+		{"the kubelet's configmap cache late", waiting("CreateContainerConfigError", `failed to sync configmap cache: timed out waiting for the condition`),
+			"", false, "waits for the kubelet", "failed to sync configmap cache"},
 		{"crash loop, same exit three times", crashing(3, 2, "Error"), CrashLoop, true, "keeps crashing (exit code 2)", ""},
 		{"crash loop, restarted twice", crashing(2, 2, "Error"), CrashLoop, false, "keeps crashing", "restarted 2 times"},
 		{"out of memory, looping", crashing(5, 137, "OOMKilled"), OOMKilled, true, "running out of memory", ""},

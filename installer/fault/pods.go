@@ -226,6 +226,12 @@ func (a *analysis) pull(p *corev1.Pod, comp string, cs corev1.ContainerStatus, i
 // variable). It says so again at every try.
 func (a *analysis) configError(p *corev1.Pod, comp string, cs corev1.ContainerStatus) {
 	w := cs.State.Waiting
+	if kubeletCacheWait(w.Message) {
+		a.out = append(a.out, Fault{Component: comp, Object: a.object(p), Since: p.CreationTimestamp.Time,
+			Title:   fmt.Sprintf("container %s of component %s waits for the kubelet to read its configuration: %s", cs.Name, orUnknown(comp), short(w.Message, 160)),
+			Waiting: short(fmt.Sprintf("container %s waits for the kubelet: %s", cs.Name, strings.TrimSpace(w.Message)), 100)})
+		return
+	}
 	if a.in.ConfigAtRunTime {
 		a.out = append(a.out, Fault{Component: comp, Object: a.object(p), Since: p.CreationTimestamp.Time,
 			Title:   fmt.Sprintf("container %s of component %s waits for what another of its components makes: %s", cs.Name, orUnknown(comp), short(w.Message, 160)),
@@ -236,6 +242,15 @@ func (a *analysis) configError(p *corev1.Pod, comp string, cs corev1.ContainerSt
 		Title:       fmt.Sprintf("container %s of component %s cannot start: %s", cs.Name, orUnknown(comp), short(w.Message, 160)),
 		Evidence:    append([]string{fmt.Sprintf("pod %s container %s: %s: %s", p.Name, cs.Name, w.Reason, strings.TrimSpace(w.Message))}, a.o.events("Pod", p.Name, a.in.Fresh)...),
 		Remediation: "the Secret or ConfigMap it names, or the key in it, is missing: a Secret onprem generates is made again by 'onprem install' (never changed once made); an external service's connection Secret (spec.databases) is the operator's and must hold the keys docs/configuration.md lists; a variable an overlay or values added must be valid. Then run the command again"})
+}
+
+// kubeletCacheWait reports whether a CreateContainerConfigError is the
+// kubelet not having read a Secret or ConfigMap from the API server in
+// time ("failed to sync secret cache: timed out waiting for the
+// condition", on a busy node or API server): it tries again by itself, so
+// it is a wait, not something missing.
+func kubeletCacheWait(msg string) bool {
+	return strings.Contains(msg, "failed to sync secret cache") || strings.Contains(msg, "failed to sync configmap cache")
 }
 
 // crashLoop: a container that keeps exiting. Definitive once it exited
