@@ -1131,6 +1131,17 @@ func TestInfraIngress(t *testing.T) {
 		if !slices.Contains(r.deployments[0].Spec.Template.Spec.Containers[0].Args, "--providers.kubernetesingress.allowEmptyServices=true") {
 			t.Errorf("the Ingress provider drops the routes of a service without ready replicas: %v", r.deployments[0].Spec.Template.Spec.Containers[0].Args)
 		}
+		// A stopping controller keeps accepting while the nodes still send
+		// it connections (a drain refused one on kind), within its grace.
+		ctl := r.deployments[0].Spec.Template.Spec
+		for _, ep := range []string{"web", "websecure"} {
+			if arg := "--entryPoints." + ep + ".transport.lifeCycle.requestAcceptGraceTimeout=10s"; !slices.Contains(ctl.Containers[0].Args, arg) {
+				t.Errorf("the controller stops accepting on %s at once when it stops: %s missing", ep, arg)
+			}
+		}
+		if g := ctl.TerminationGracePeriodSeconds; g == nil || *g < 10+10+5 {
+			t.Errorf("terminationGracePeriodSeconds %v: shorter than 10 s of accepting, 10 s to finish and a margin", g)
+		}
 		if !slices.Contains(r.deployments[0].Spec.Template.Spec.Containers[0].Args, "--providers.kubernetesingress.namespaces="+infraNamespace) {
 			t.Errorf("the Ingress provider is not limited to the platform namespace: %v", r.deployments[0].Spec.Template.Spec.Containers[0].Args)
 		}
