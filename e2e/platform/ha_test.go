@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"onprem.dev/onprem/e2e/kindcluster"
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
 )
@@ -110,6 +111,7 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 		}
 		e.ingressClient(ctx)
 		e.checkService("/api", "pipelines-api", version, "mongodb", "redis", "rabbitmq")
+		e.checkQuorumQueue(ctx)
 		e.allowAPIServerProxy(ctx)
 	})
 	e.step("high availability: the PostgreSQL primary's node lost under traffic", func() {
@@ -117,6 +119,12 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	})
 	e.step("high availability: the Redis master's node lost under traffic", func() {
 		e.loseNode(ctx, "redis")
+	})
+	e.step("high availability: the node of the RabbitMQ queue's leader lost under traffic", func() {
+		e.loseNode(ctx, "rabbitmq")
+	})
+	e.step("high availability: the PostgreSQL primary's node drained under traffic: no request to the services fails", func() {
+		e.drainUnderTraffic(ctx)
 	})
 }
 
@@ -173,18 +181,38 @@ func (e *env) leaderOrNone(ctx context.Context, db string) (pod, node string, ad
 	return "", "", addrs
 }
 
-// loseNode kills the node that holds db's primary while records are
-// written and read through the ingress controller (MongoDB, through
-// pipelines-api and gitops-api) and written to PostgreSQL (audit-manager,
-// through the API server's service proxy), measures how long the
-// platform failed, reads back every acknowledged write, and starts the
-// node again until its member rejoins.
+// loseNode kills the node that holds db's leading member (PostgreSQL's
+// primary and Redis's master, the one their Service sends clients to; for
+// RabbitMQ, whose nodes all serve, the leader of pipelines-api's quorum
+// queue) while records are written and read through the ingress
+// controller (MongoDB, through pipelines-api and gitops-api), messages
+// published to RabbitMQ with confirms (pipelines-api) and records written
+// to PostgreSQL (audit-manager, through the API server's service proxy);
+// it measures how long the platform failed, reads back every acknowledged
+// write and confirmed message, and starts the node again until every pod
+// is back.
 func (e *env) loseNode(ctx context.Context, db string) {
 	t := e.t
-	primary, node := e.leader(ctx, db)
-	t.Logf("%s: primary %s on node %s", db, primary, node)
+	// leading is the member leading now ("" during an election), asked of
+	// the members off the lost node.
+	leading := func(lost string) string {
+		if db == "rabbitmq" {
+			q, _ := e.queue(ctx, lost)
+			return queueLeaderPod(q.Leader)
+		}
+		p, _, _ := e.leaderOrNone(ctx, db)
+		return p
+	}
+	var primary, node string
+	if db == "rabbitmq" {
+		primary, node = e.queueLeader(ctx)
+	} else {
+		primary, node = e.leader(ctx, db)
+	}
+	t.Logf("%s: %s leads, on node %s", db, primary, node)
 
 	pg := e.startProxyWrites(ctx, "audit-manager", db)
+	pub := e.startPublishing(db)
 	// The reads ask each service whether every database it uses answers
 	// (readyz: MongoDB, Redis and RabbitMQ), through the ingress
 	// controller.
@@ -196,11 +224,12 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	if err := e.cluster.KillNode(ctx, node); err != nil {
 		t.Fatal(err)
 	}
+	seen := e.watchLostNode(ctx, node)
 	// Serving again: another member leads, and writes through every path
 	// succeed for 15 s in a row.
 	var newPrimary string
 	waitUntil(t, db+": another member leads after node "+node+" was killed", 3*time.Minute, func() bool {
-		p, _, _ := e.leaderOrNone(ctx, db)
+		p := leading(node)
 		if p != "" && p != primary {
 			newPrimary = p
 			return true
@@ -209,38 +238,47 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	})
 	led := time.Since(killed)
 	waitUntil(t, db+": 15 s without a failed request after the loss", 3*time.Minute, func() bool {
-		return time.Since(maxTime(rt.lastFailure(), pg.lastFailure(), killed)) > 15*time.Second
+		return time.Since(maxTime(rt.lastFailure(), pg.lastFailure(), pub.lastFailure(), killed)) > 15*time.Second
 	})
 	written := rt.stopWriting()
-	ingress := rt.stop(db + " primary's node lost: ingress")
+	ingress := rt.stop(db + " leader's node lost: ingress")
 	pgWritten, proxy := pg.stop()
+	published, publishing := pub.stop(db + " leader's node lost: RabbitMQ publishes (pipelines-api)")
 
-	served := maxTime(rt.lastFailure(), pg.lastFailure(), killed).Sub(killed)
+	// Serving again: the last request that failed was sent then, and
+	// every request sent after it succeeded. A request sent just before
+	// the lost node's pods left their endpoints waits for the client's
+	// timeout (15 s) and fails only then (ended).
+	served := maxTime(rt.lastFailureSent(), pg.lastFailureSent(), pub.lastFailureSent(), killed).Sub(killed)
+	ended := maxTime(rt.lastFailure(), pg.lastFailure(), pub.lastFailure(), killed).Sub(killed)
+	notReady, podsOut, held := seen()
+	t.Logf("%s: node %s NotReady %s after the kill, its pods (%s) out of their Services' endpoints %s after", db, node, since(notReady, killed), strings.Join(held, " "), since(podsOut, killed))
 	verdict := "within"
 	if served > haServeGoal {
 		verdict = "over"
 	}
-	t.Logf("%s: node %s killed; %s leads after %.1f s; the platform served again %.1f s after the kill (%s the goal of %s); %s; PostgreSQL writes (audit-manager): %d sent, %d failed",
-		db, node, newPrimary, led.Seconds(), served.Seconds(), verdict, haServeGoal, ingress, proxy.Sent, proxy.Failed)
-	for _, ex := range append(ingress.Examples, proxy.Examples...) {
+	t.Logf("%s: node %s killed; %s leads after %.1f s; the platform served again %.1f s after the kill (%s the goal of %s; the last failed request ended %.1f s after it); %s; PostgreSQL writes (audit-manager): %d sent, %d failed; RabbitMQ publishes: %d sent, %d failed",
+		db, node, newPrimary, led.Seconds(), served.Seconds(), verdict, haServeGoal, ended.Seconds(), ingress, proxy.Sent, proxy.Failed, publishing.Sent, publishing.Failed)
+	for _, ex := range append(append(ingress.Examples, proxy.Examples...), publishing.Examples...) {
 		t.Logf("  failed: %s", ex)
 	}
 	var last []string
-	for _, c := range append(rt.lastFailures(), pg.lastFailures()...) {
+	for _, c := range append(append(rt.lastFailures(), pg.lastFailures()...), pub.lastFailures()...) {
 		last = append(last, fmt.Sprintf("%s %.1f s", c.Cause, c.At.Sub(killed).Seconds()))
 	}
 	if len(last) > 0 {
 		t.Logf("%s: the last failure after the kill, by what failed: %s", db, strings.Join(last, ", "))
-		for _, ex := range append(rt.lastExamples, pg.lastExamples...) {
+		for _, ex := range append(append(rt.lastExamples, pg.lastExamples...), pub.lastExamples...) {
 			t.Logf("  failed last: %s", ex)
 		}
 	}
-	e.timing.traffic = append(e.timing.traffic, ingress, proxy)
-	e.timing.failovers = append(e.timing.failovers, failover{DB: db, Node: node, Led: led, Served: served})
+	e.timing.traffic = append(e.timing.traffic, ingress, proxy, publishing)
+	e.timing.failovers = append(e.timing.failovers, failover{DB: db, Node: node, Led: led, Served: served, Ended: ended, NotReady: sinceOrZero(notReady, killed)})
 
 	// Every acknowledged write is there.
 	e.checkWritten(written)
 	e.checkProxyWritten(ctx, "audit-manager", pgWritten)
+	e.checkPublished(published)
 
 	if err := e.cluster.StartNode(ctx, node); err != nil {
 		t.Fatal(err)
@@ -248,7 +286,88 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	// Every pod the node held is back before the next loss, as an
 	// operator would wait: a Sentinel still starting there is a vote
 	// short, and the next master's loss would wait for it.
-	waitUntil(t, "every pod of the platform ready again after node "+node+" started", 5*time.Minute, func() bool {
+	e.waitPodsReady(ctx, "after node "+node+" started")
+	t.Logf("%s: every pod ready again after node %s started, %s still leads", db, node, newPrimary)
+}
+
+// watchLostNode follows a killed node until the returned function is
+// called, which tells when the node was first seen NotReady and when none
+// of its pods was ready any more (so none in a Service's ready
+// endpoints): the part of a loss that the cluster's grace period decides,
+// not the platform.
+func (e *env) watchLostNode(ctx context.Context, node string) func() (notReady, podsOut time.Time, held []string) {
+	ctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var nr, out time.Time
+	var names []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			now := time.Now()
+			if n, err := e.cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && nr.IsZero() &&
+				kindcluster.NodeReadyCondition(n).Status != corev1.ConditionTrue {
+				mu.Lock()
+				nr = now
+				mu.Unlock()
+			}
+			pods, err := e.cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+			if err != nil || !out.IsZero() {
+				continue
+			}
+			anyReady := false
+			var held []string
+			for i := range pods.Items {
+				anyReady = anyReady || podReady(&pods.Items[i])
+				held = append(held, pods.Items[i].Name)
+			}
+			mu.Lock()
+			names = held
+			if !anyReady {
+				out = now
+			}
+			mu.Unlock()
+			if !anyReady {
+				return
+			}
+		}
+	}()
+	return func() (time.Time, time.Time, []string) {
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return nr, out, names
+	}
+}
+
+// sinceOrZero is t's time after from, zero when t is.
+func sinceOrZero(t, from time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Sub(from)
+}
+
+// since is t's time after from, or "never seen" when t is zero.
+func since(t, from time.Time) string {
+	if t.IsZero() {
+		return "never seen"
+	}
+	return fmt.Sprintf("%.1f s", t.Sub(from).Seconds())
+}
+
+// waitPodsReady waits until every running pod of the platform is ready
+// again (after what).
+func (e *env) waitPodsReady(ctx context.Context, after string) {
+	waitUntil(e.t, "every pod of the platform ready again "+after, 5*time.Minute, func() bool {
 		l, err := e.cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false
@@ -260,13 +379,14 @@ func (e *env) loseNode(ctx context.Context, db string) {
 		}
 		return true
 	})
-	t.Logf("%s: every pod ready again after node %s started, %s still leads", db, node, newPrimary)
 }
 
-// failover is one node loss's figures for the timing file.
+// failover is one node loss's figures for the timing file: when the node
+// was NotReady, when another member led, when the last request that failed
+// was sent (Served: every later one succeeded) and when it ended.
 type failover struct {
-	DB, Node    string
-	Led, Served time.Duration
+	DB, Node                     string
+	NotReady, Led, Served, Ended time.Duration
 }
 
 // proxyWrites writes records to a service through the API server's service
@@ -278,36 +398,27 @@ type proxyWrites struct {
 }
 
 func (e *env) startProxyWrites(ctx context.Context, service, tag string) *proxyWrites {
-	ctx, cancel := context.WithCancel(ctx)
-	pw := &proxyWrites{traffic: &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}, written: map[string]string{}}
-	go func() {
-		defer close(pw.done)
-		tick := time.NewTicker(2 * time.Second / trafficRate)
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			key := fmt.Sprintf("ha-%s-%d", tag, i)
-			value := fmt.Sprintf("written while %s lost a node, request %d", tag, i)
-			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := e.cluster.Client.CoreV1().RESTClient().Put().
-				AbsPath("/api/v1/namespaces", namespace, "services", service+":http", "proxy", "records", key).
-				Body([]byte(value)).DoRaw(rctx)
-			rcancel()
-			if ctx.Err() != nil {
-				return
-			}
-			pw.record(service+"/records (write)", err)
-			if err == nil {
-				pw.mu.Lock()
-				pw.written[key] = value
-				pw.mu.Unlock()
-			}
+	tr, ctx := newTraffic(ctx)
+	pw := &proxyWrites{traffic: tr, written: map[string]string{}}
+	pw.run(ctx, 2*time.Second/trafficRate, false, func(ctx context.Context, i int) {
+		key := fmt.Sprintf("ha-%s-%d", tag, i)
+		value := fmt.Sprintf("written while %s lost a node, request %d", tag, i)
+		sent := time.Now()
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := e.cluster.Client.CoreV1().RESTClient().Put().
+			AbsPath("/api/v1/namespaces", namespace, "services", service+":http", "proxy", "records", key).
+			Body([]byte(value)).DoRaw(rctx)
+		rcancel()
+		if ctx.Err() != nil {
+			return
 		}
-	}()
+		pw.recordSent(service+"/records (write)", sent, err)
+		if err == nil {
+			pw.mu.Lock()
+			pw.written[key] = value
+			pw.mu.Unlock()
+		}
+	})
 	return pw
 }
 
@@ -348,6 +459,14 @@ func (e *env) checkProxyWritten(ctx context.Context, service string, written map
 		}
 	}
 	e.t.Logf("%d record(s) acknowledged by %s read back from PostgreSQL", len(written), service)
+}
+
+// lastFailureSent is when the last request that failed was sent (zero:
+// none failed).
+func (tr *traffic) lastFailureSent() time.Time {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.lastFailSent
 }
 
 // lastFailure is when the traffic last failed (zero: never).

@@ -397,27 +397,16 @@ exec psql --host=127.0.0.1 --username="$1" --dbname="$2" --no-password --no-psql
 // startProxyTraffic reads path of service through the API server's
 // service proxy at trafficRate/2 until stop, counting what fails.
 func (e *env) startProxyTraffic(ctx context.Context, service, path string) *traffic {
-	ctx, cancel := context.WithCancel(ctx)
-	tr := &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}
-	go func() {
-		defer close(tr.done)
-		tick := time.NewTicker(2 * time.Second / trafficRate)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := e.cluster.Client.CoreV1().RESTClient().Get().
-				AbsPath("/api/v1/namespaces", namespace, "services", service+":http", "proxy", path).DoRaw(rctx)
-			rcancel()
-			if ctx.Err() != nil {
-				return
-			}
-			tr.record(path, err)
+	tr, ctx := newTraffic(ctx)
+	tr.run(ctx, 2*time.Second/trafficRate, false, func(ctx context.Context, _ int) {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := e.cluster.Client.CoreV1().RESTClient().Get().
+			AbsPath("/api/v1/namespaces", namespace, "services", service+":http", "proxy", path).DoRaw(rctx)
+		rcancel()
+		if ctx.Err() != nil {
+			return
 		}
-	}()
+		tr.record(path, err)
+	})
 	return tr
 }

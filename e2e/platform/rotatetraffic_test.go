@@ -95,43 +95,27 @@ var writeTargets = []string{"/api", "/gitops/api"}
 // from another one, a route that fell to a shorter prefix, is a failure
 // too. nil checks no read's sender.
 func (e *env) startRecordTraffic(client *http.Client, paths []string, answeredBy map[string]string) *recordTraffic {
-	ctx, cancel := context.WithCancel(context.Background())
-	rt := &recordTraffic{traffic: &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()},
-		written: map[string]writtenRecord{}, answeredBy: answeredBy}
+	tr, ctx := newTraffic(context.Background())
+	rt := &recordTraffic{traffic: tr, written: map[string]writtenRecord{}, answeredBy: answeredBy}
 	rt.writing.Store(true)
-	go func() {
-		defer close(rt.done)
-		tick := time.NewTicker(time.Second / trafficRate)
-		defer tick.Stop()
-		var wg sync.WaitGroup
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return
-			case <-tick.C:
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if i%2 == 1 || !rt.writing.Load() {
-					path := paths[(i/2)%len(paths)]
-					rt.record(path, rt.read(client, path))
-					return
-				}
-				prefix := writeTargets[(i/2)%len(writeTargets)]
-				key := fmt.Sprintf("during-rotation-%d", i)
-				value := fmt.Sprintf("written during the rotations, request %d", i)
-				err := call(client, http.MethodPut, prefix+"/records/"+key, value, nil)
-				rt.record(prefix+"/records/"+key+" (write)", err)
-				if err == nil {
-					rt.mu.Lock()
-					rt.written[key] = writtenRecord{prefix, value}
-					rt.mu.Unlock()
-				}
-			}()
+	rt.run(ctx, time.Second/trafficRate, true, func(_ context.Context, i int) {
+		sent := time.Now()
+		if i%2 == 1 || !rt.writing.Load() {
+			path := paths[(i/2)%len(paths)]
+			rt.recordSent(path, sent, rt.read(client, path))
+			return
 		}
-	}()
+		prefix := writeTargets[(i/2)%len(writeTargets)]
+		key := fmt.Sprintf("during-rotation-%d", i)
+		value := fmt.Sprintf("written during the rotations, request %d", i)
+		err := call(client, http.MethodPut, prefix+"/records/"+key, value, nil)
+		rt.recordSent(prefix+"/records/"+key+" (write)", sent, err)
+		if err == nil {
+			rt.mu.Lock()
+			rt.written[key] = writtenRecord{prefix, value}
+			rt.mu.Unlock()
+		}
+	})
 	return rt
 }
 

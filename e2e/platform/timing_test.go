@@ -41,6 +41,8 @@ type timing struct {
 	traffic []trafficResult
 	// failovers: the high-availability step's node losses.
 	failovers []failover
+	// drain: the high-availability step's drain.
+	drain *drainFigures
 }
 
 // record takes the install's result and computes the critical path: the
@@ -133,10 +135,15 @@ func (tm *timing) write(t *testing.T) (string, string) {
 		}
 	}
 	if len(tm.failovers) > 0 {
-		fmt.Fprintf(&b, "\nnode losses with availability high (a node killed under traffic; another member leads after; the platform serves again after):\n")
+		fmt.Fprintf(&b, "\nnode losses with availability high (a node killed under traffic; serving again: every request sent after it succeeded):\n")
 		for _, f := range tm.failovers {
-			fmt.Fprintf(&b, "  %s primary's node %s: led again after %.1f s, served again after %.1f s\n", f.DB, f.Node, f.Led.Seconds(), f.Served.Seconds())
+			fmt.Fprintf(&b, "  %s leader's node %s: NotReady after %.1f s, led again after %.1f s, served again after %.1f s (the last failed request ended at %.1f s)\n",
+				f.DB, f.Node, f.NotReady.Seconds(), f.Led.Seconds(), f.Served.Seconds(), f.Ended.Seconds())
 		}
+	}
+	if d := tm.drain; d != nil {
+		fmt.Fprintf(&b, "\na node drained with availability high: %s drained in %.1f s, every pod back %.1f s after the drain began; switchovers: %d %v\n",
+			d.Node, d.Drained.Seconds(), d.Back.Seconds(), len(d.Switchovers), d.Switchovers)
 	}
 	if tm.recovery > 0 {
 		fmt.Fprintf(&b, "\nrecovery onto an empty cluster (onprem restore from the bucket, to every component Ready with its data): %.1f s\n", tm.recovery.Seconds())

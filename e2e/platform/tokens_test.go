@@ -17,30 +17,19 @@ import (
 // each of the three requests counts. The ingress controller may send the
 // signing and the check to different pods, one restarted and one not.
 func (e *env) startTokenTraffic(ctx context.Context, client *http.Client, prefix, old string) *traffic {
-	ctx, cancel := context.WithCancel(ctx)
-	tr := &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}
-	go func() {
-		defer close(tr.done)
-		tick := time.NewTicker(2 * time.Second / trafficRate)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			var tok struct{ Token string }
-			err := call(client, http.MethodPost, prefix+"/tokens", "", &tok)
-			if ctx.Err() != nil {
-				return
-			}
-			tr.record(prefix+"/tokens (sign)", err)
-			if err == nil {
-				tr.record(prefix+"/tokens/NEW (check)", call(client, http.MethodGet, prefix+"/tokens/"+tok.Token, "", nil))
-			}
-			tr.record(prefix+"/tokens/OLD (check)", call(client, http.MethodGet, prefix+"/tokens/"+old, "", nil))
+	tr, ctx := newTraffic(ctx)
+	tr.run(ctx, 2*time.Second/trafficRate, false, func(ctx context.Context, _ int) {
+		var tok struct{ Token string }
+		err := call(client, http.MethodPost, prefix+"/tokens", "", &tok)
+		if ctx.Err() != nil {
+			return
 		}
-	}()
+		tr.record(prefix+"/tokens (sign)", err)
+		if err == nil {
+			tr.record(prefix+"/tokens/NEW (check)", call(client, http.MethodGet, prefix+"/tokens/"+tok.Token, "", nil))
+		}
+		tr.record(prefix+"/tokens/OLD (check)", call(client, http.MethodGet, prefix+"/tokens/"+old, "", nil))
+	})
 	return tr
 }
 

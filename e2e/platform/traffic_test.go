@@ -31,8 +31,12 @@ type traffic struct {
 	failed    int
 	firstFail time.Time
 	lastFail  time.Time
-	examples  []string
-	started   time.Time
+	// lastFailSent is when the last request that failed was sent: every
+	// request sent after it succeeded (recordSent). A request sent to an
+	// address that no longer answers fails only at its timeout, later.
+	lastFailSent time.Time
+	examples     []string
+	started      time.Time
 	// causes: the last failure of each cause (failureCauses).
 	causes map[string]time.Time
 	// lastExamples: the last five failures.
@@ -58,38 +62,63 @@ func (r trafficResult) String() string {
 	return s
 }
 
+// newTraffic is a traffic that has not started (run starts it); stop ends
+// it, or the end of ctx.
+func newTraffic(ctx context.Context) (*traffic, context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	return &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}, ctx
+}
+
+// run calls send(ctx, i) every interval until the traffic stops: each call
+// in a goroutine of its own when concurrent (a request that hangs does not
+// hold back the next ones), otherwise one after the other. Stopping waits
+// for the calls in flight.
+func (tr *traffic) run(ctx context.Context, interval time.Duration, concurrent bool, send func(ctx context.Context, i int)) {
+	go func() {
+		defer close(tr.done)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if !concurrent {
+				send(ctx, i)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				send(ctx, i)
+			}()
+		}
+	}()
+}
+
 // startTraffic starts reading paths (through the ingress controller, one
 // after the other) at trafficRate until stop.
 func (e *env) startTraffic(paths ...string) *traffic {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &traffic{cancel: cancel, done: make(chan struct{}), started: time.Now()}
+	tr, ctx := newTraffic(context.Background())
 	client := &http.Client{Timeout: 5 * time.Second, Transport: e.client.Transport}
-	go func() {
-		defer close(tr.done)
-		tick := time.NewTicker(time.Second / trafficRate)
-		defer tick.Stop()
-		var wg sync.WaitGroup
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return
-			case <-tick.C:
-			}
-			path := paths[i%len(paths)]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				tr.record(path, call(client, http.MethodGet, path, "", nil))
-			}()
-		}
-	}()
+	tr.run(ctx, time.Second/trafficRate, true, func(_ context.Context, i int) {
+		path := paths[i%len(paths)]
+		tr.record(path, call(client, http.MethodGet, path, "", nil))
+	})
 	return tr
 }
 
-// record counts one request to path and, when err is not nil, its failure.
-func (tr *traffic) record(path string, err error) {
+// record counts one request to path, just answered, and, when err is not
+// nil, its failure.
+func (tr *traffic) record(path string, err error) { tr.recordSent(path, time.Now(), err) }
+
+// recordSent is record for a request sent at sent: a failure's cause is
+// dated by when its request was sent.
+func (tr *traffic) recordSent(path string, sent time.Time, err error) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	tr.sent++
@@ -102,13 +131,21 @@ func (tr *traffic) record(path string, err error) {
 	}
 	tr.failed++
 	tr.lastFail = now
+	if sent.After(tr.lastFailSent) {
+		tr.lastFailSent = sent
+	}
 	if tr.causes == nil {
 		tr.causes = map[string]time.Time{}
 	}
 	for _, c := range failureCauses(path, err) {
-		tr.causes[c] = now
+		if sent.After(tr.causes[c]) {
+			tr.causes[c] = sent
+		}
 	}
 	ex := fmt.Sprintf("%s at +%.1f s: %v", path, now.Sub(tr.started).Seconds(), err)
+	if now.Sub(sent) > time.Second {
+		ex = fmt.Sprintf("%s sent at +%.1f s, failed at +%.1f s: %v", path, sent.Sub(tr.started).Seconds(), now.Sub(tr.started).Seconds(), err)
+	}
 	if len(tr.examples) < 5 {
 		tr.examples = append(tr.examples, ex)
 	}
@@ -190,7 +227,8 @@ func failureCauses(path string, err error) []string {
 	return []string{path}
 }
 
-// lastFailures returns the last failure of each cause, sorted by cause.
+// lastFailures returns the last failure of each cause (when its request
+// was sent), sorted by cause.
 func (tr *traffic) lastFailures() []causeFailure {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
