@@ -21,7 +21,7 @@ var databases = []string{"mongodb", "postgresql", "redis", "rabbitmq"}
 
 var databaseDown = Analyzer{
 	ID:          "database-down",
-	Description: "a database does not answer: as the services see it (their readiness answers) and as its pods are",
+	Description: "a database does not answer: as the services see it (their /readyz answers) and as its pods are",
 	Run: func(in *Input) []Finding {
 		var out []Finding
 		// The services' view: which dependency does not answer whom.
