@@ -77,20 +77,6 @@ func (e *env) queue(ctx context.Context, skipNode string) (q queueInfo, ok bool)
 	return queueInfo{}, false
 }
 
-// queueLeader is the pod and node of the member leading haQueue.
-func (e *env) queueLeader(ctx context.Context) (pod, node string) {
-	e.t.Helper()
-	q, ok := e.queue(ctx, "")
-	pod = queueLeaderPod(q.Leader)
-	for _, p := range e.members(ctx, "rabbitmq") {
-		if ok && p.Name == pod {
-			return pod, p.Spec.NodeName
-		}
-	}
-	e.t.Fatalf("queue %s: no leader among RabbitMQ's members (listed: %v, %+v)", haQueue, ok, q)
-	return "", ""
-}
-
 // checkQuorumQueue publishes a first message through the ingress
 // controller and checks that pipelines-api's queue is a quorum queue with
 // a member on each node; then takes the message back.
