@@ -95,8 +95,14 @@ func (e *env) checkQuorumQueue(ctx context.Context) {
 	}
 }
 
+// publishRate is how many messages a second are published during a loss:
+// each is a new AMQP connection and a quorum queue write on every node, so
+// few enough that the test itself does not starve the ring's 2-core
+// machine.
+const publishRate = 2
+
 // publishes publishes messages through the ingress controller
-// (pipelines-api, POST /api/messages) at trafficRate/2, remembering each
+// (pipelines-api, POST /api/messages) at publishRate, remembering each
 // one the broker confirmed.
 type publishes struct {
 	*traffic
@@ -107,7 +113,7 @@ type publishes struct {
 func (e *env) startPublishing(tag string) *publishes {
 	tr, ctx := newTraffic(context.Background())
 	p := &publishes{traffic: tr}
-	p.run(ctx, 2*time.Second/trafficRate, true, func(_ context.Context, i int) {
+	p.run(ctx, time.Second/publishRate, true, func(_ context.Context, i int) {
 		msg := fmt.Sprintf("published while %s lost a node, message %d", tag, i)
 		sent := time.Now()
 		err := call(e.client, http.MethodPost, "/api/messages", msg, nil)
