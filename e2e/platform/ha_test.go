@@ -124,7 +124,7 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	// in one run of three the RabbitMQ member restarted on that node hung
 	// at boot (Erlang's global, "global hang workaround") and was not
 	// ready 5 minutes later; see docs/availability.md.
-	e.step("high availability: the PostgreSQL primary's node drained under traffic: no request to the services fails", func() {
+	e.step("high availability: the PostgreSQL primary's node drained under traffic", func() {
 		e.drainUnderTraffic(ctx)
 	})
 }
