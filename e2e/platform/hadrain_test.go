@@ -29,7 +29,7 @@ import (
 func (e *env) drainUnderTraffic(ctx context.Context) {
 	t := e.t
 	leaders := func() map[string]string {
-		q, _ := e.queue(ctx, "")
+		q, _ := e.queue(ctx)
 		pg, _, _ := e.leaderOrNone(ctx, "postgresql")
 		redis, _, _ := e.leaderOrNone(ctx, "redis")
 		return map[string]string{"postgresql": pg, "redis": redis, "rabbitmq": queueLeaderPod(q.Leader)}

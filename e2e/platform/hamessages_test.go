@@ -42,13 +42,12 @@ func queueLeaderPod(leader string) string {
 	return pod
 }
 
-// queue asks a ready RabbitMQ member that is not on skipNode (a lost
-// node's member cannot answer) for haQueue's quorum status; ok is false
-// while no member answers or the queue is not a quorum queue there.
-func (e *env) queue(ctx context.Context, skipNode string) (q queueInfo, ok bool) {
+// queue asks a ready RabbitMQ member for haQueue's quorum status; ok is
+// false while no member answers or the queue is not a quorum queue there.
+func (e *env) queue(ctx context.Context) (q queueInfo, ok bool) {
 	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
 	for _, p := range e.members(ctx, "rabbitmq") {
-		if p.Spec.NodeName == skipNode || !podReady(&p) {
+		if !podReady(&p) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -86,7 +85,7 @@ func (e *env) checkQuorumQueue(ctx context.Context) {
 	var q queueInfo
 	waitUntil(t, "queue "+haQueue+" a quorum queue with three members", time.Minute, func() bool {
 		var ok bool
-		q, ok = e.queue(ctx, "")
+		q, ok = e.queue(ctx)
 		return ok && len(q.Members) == haWorkers && q.Leader != ""
 	})
 	t.Logf("queue %s: a quorum queue, leader %s, members %v", haQueue, q.Leader, q.Members)
