@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -82,17 +83,46 @@ func highAvailability(ctx context.Context, env *Env) Outcome {
 		return cannotRun(Blocking, availabilityID, "list nodes", err)
 	}
 	var usable []*corev1.Node
-	var excluded []string
+	var excluded, cordoned []string
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		if why := nodeExclusion(n, in.Spec.Placement); why != "" {
 			excluded = append(excluded, n.Name+" ("+why+")")
+			if n.Spec.Unschedulable {
+				// As it will be once uncordoned: schedulable, without the
+				// taint the node controller gives cordoned nodes.
+				u := n.DeepCopy()
+				u.Spec.Unschedulable = false
+				u.Spec.Taints = slices.DeleteFunc(u.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeUnschedulable })
+				if nodeExclusion(u, in.Spec.Placement) == "" {
+					cordoned = append(cordoned, n.Name)
+				}
+			}
 			continue
 		}
 		usable = append(usable, n)
 	}
 	sort.Strings(excluded)
+	sort.Strings(cordoned)
 	if len(usable) < MinHANodes {
+		// A platform that runs replicated already, on nodes of which some
+		// are cordoned for a while (a drain, an operating system's
+		// update): an upgrade or a re-run may go on, the members and
+		// replicas it restarts there waiting for the uncordon.
+		replicated, err := replicatedInstalled(ctx, env)
+		if err != nil {
+			return cannotRun(Blocking, availabilityID, "read the databases' StatefulSets in "+platformNamespace(env), err)
+		}
+		if replicated && len(usable)+len(cordoned) >= MinHANodes {
+			verb := "are"
+			if len(cordoned) == 1 {
+				verb = "is"
+			}
+			return Outcome{Result: Warn, Details: excluded,
+				Message: fmt.Sprintf("the platform runs replicated on %d nodes, of which %s %s cordoned: a database member whose volume is there, restarted now, waits until its node is uncordoned (onprem waits for it within --timeout); the platform's other pods go to the other nodes",
+					len(usable)+len(cordoned), clusterList(cordoned, 5), verb),
+				Remediation: "uncordon each node once its maintenance is done (kubectl uncordon NODE); to have every member restarted at once, uncordon before the operation"}
+		}
 		msg := fmt.Sprintf("spec.availability is high, which needs %d schedulable nodes or more (one per member of PostgreSQL and RabbitMQ, so that losing a node loses one), and the platform's pods can run on %d",
 			MinHANodes, len(usable))
 		if len(excluded) > 0 {
@@ -195,6 +225,29 @@ func AvailabilityChanges(ctx context.Context, c kubernetes.Interface, ns string,
 		out = append(out, ch)
 	}
 	return out, nil
+}
+
+// replicatedInstalled says whether the platform in its namespace runs a
+// database in its replicated form already (an operation on it, not an
+// install or a move to high).
+func replicatedInstalled(ctx context.Context, env *Env) (bool, error) {
+	ns := platformNamespace(env)
+	for _, db := range replicatedDatabases {
+		if db.mode(env.Installation) == config.DatabaseModeExternal {
+			continue
+		}
+		sts, err := env.Cluster.Client.AppsV1().StatefulSets(ns).Get(ctx, db.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, db.name, err)
+		}
+		if sts.Spec.Template.Labels[db.label] != "" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // availabilityChange reports the databases whose form would change. An

@@ -70,6 +70,21 @@ func clusterSet(name, label string, replicated bool) *appsv1.StatefulSet {
 	return s
 }
 
+// cordonTainted gives n the taint the node controller puts on a cordoned
+// node.
+func cordonTainted(n *corev1.Node) *corev1.Node {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+	return n
+}
+
+// poolNode is a ready node of pool "platform" (spec.placement), cordoned
+// or not.
+func poolNode(name string, cordoned bool) *corev1.Node {
+	n := haNode(name, name, true, cordoned)
+	n.Labels["pool"] = "platform"
+	return n
+}
+
 // The availability check on a fake cluster: node counts, placement, zones
 // and storage, each failure with its fix.
 func TestAvailabilityCheck(t *testing.T) {
@@ -98,6 +113,20 @@ func TestAvailabilityCheck(t *testing.T) {
 		{"high with a cordoned and a not-ready node", high,
 			append(zoned(2, "a", "b"), haNode("c", "c", true, true), haNode("d", "c", false, false), network), Fail,
 			[]string{"can run on 2", "c (cordoned)", "d (not Ready)", "uncordon"}, false},
+		// A drain during an upgrade or a re-run of install: the platform
+		// runs replicated, and what it restarts on the cordoned node waits.
+		{"high installed, one node of three cordoned", high,
+			append(zoned(2, "a", "b"), cordonTainted(haNode("c", "c", true, true)), network, pgSet(true), mqSet(true)), Warn,
+			[]string{"runs replicated on 3 nodes, of which c is cordoned", "waits until its node is uncordoned", "kubectl uncordon NODE"}, false},
+		{"high installed, a cordoned node and a not-ready one", high,
+			append(zoned(2, "a", "b"), haNode("c", "c", true, true), haNode("d", "c", false, true), network, pgSet(true)), Warn,
+			[]string{"runs replicated on 3 nodes, of which c is cordoned"}, false},
+		{"high installed on two nodes and a cordoned one outside the placement", high + "  placement:\n    nodeSelector: {pool: platform}\n",
+			[]runtime.Object{poolNode("a", false), poolNode("b", false), haNode("c", "c", true, true), network, pgSet(true)}, Fail,
+			[]string{"can run on 2", "c (cordoned)"}, false},
+		{"high installed, two of three cordoned", high,
+			append(zoned(1, "a"), haNode("c", "c", true, true), haNode("d", "d", true, true), network, pgSet(true)), Warn,
+			[]string{"of which c, d are cordoned"}, false},
 		{"high with nodes outside the placement", high + "  placement:\n    nodeSelector: {pool: platform}\n",
 			append(zoned(3, "a", "b", "c"), network), Fail,
 			[]string{"can run on 0", "does not match spec.placement.nodeSelector pool=platform", "widen spec.placement"}, false},
