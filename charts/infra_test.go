@@ -1106,7 +1106,7 @@ func TestInfraIngress(t *testing.T) {
 
 	for _, gateway := range []bool{false, true} {
 		r := infraMustRender(t, "ingress", valuesOf(t, fmt.Sprintf("gatewayAPI: {enabled: %v}\nclassName: platform", gateway)))
-		if len(r.deployments) != 1 || len(r.clusterRoles) != 1 || len(r.bindings) != 1 || len(r.roles) != 1 || len(r.roleBindings) != 1 || len(r.serviceAccounts) != 1 || len(r.ingressClasses) != 1 || len(r.services) != 1 {
+		if len(r.deployments) != 1 || len(r.clusterRoles) != 1 || len(r.bindings) != 1 || len(r.roles) != 1 || len(r.roleBindings) != 1 || len(r.serviceAccounts) != 1 || len(r.ingressClasses) != 1 || len(r.services) != 1 || len(r.configMaps) != 1 {
 			t.Fatalf("gateway %v: unexpected objects: %v", gateway, r.docs)
 		}
 		for _, d := range r.docs {
@@ -1139,6 +1139,11 @@ func TestInfraIngress(t *testing.T) {
 				t.Errorf("the controller stops accepting on %s at once when it stops: %s missing", ep, arg)
 			}
 		}
+		// Every route retries a connection a pod refused (a pod just
+		// Ready whose address the network policy does not allow yet): the
+		// middleware is defined in the ConfigMap the file provider reads,
+		// and both entrypoints use it.
+		checkRetryRefused(t, r, ctl)
 		if g := ctl.TerminationGracePeriodSeconds; g == nil || *g < 10+10+5 {
 			t.Errorf("terminationGracePeriodSeconds %v: shorter than 10 s of accepting, 10 s to finish and a margin", g)
 		}
@@ -1891,5 +1896,53 @@ func infraCheckMembers(t *testing.T, sts *appsv1.StatefulSet) {
 	if aa == nil || aa.PodAntiAffinity == nil || len(aa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
 		aa.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != "kubernetes.io/hostname" {
 		t.Errorf("affinity %+v: want one member per node (required)", aa)
+	}
+}
+
+// checkRetryRefused checks that the ingress controller's entrypoints use
+// the retry-refused middleware, defined (at most 3 attempts, soon
+// retried) in its ConfigMap, mounted where its file provider reads it.
+func checkRetryRefused(t *testing.T, r *infraRendering, ctl corev1.PodSpec) {
+	t.Helper()
+	args := ctl.Containers[0].Args
+	var file string
+	for _, a := range args {
+		if f, ok := strings.CutPrefix(a, "--providers.file.filename="); ok {
+			file = f
+		}
+	}
+	for _, ep := range []string{"web", "websecure"} {
+		if arg := "--entryPoints." + ep + ".http.middlewares=retry-refused@file"; !slices.Contains(args, arg) {
+			t.Errorf("entrypoint %s does not retry refused connections: %s missing from %v", ep, arg, args)
+		}
+	}
+	cm := r.configMaps[0]
+	var mounted bool
+	for _, m := range ctl.Containers[0].VolumeMounts {
+		for _, v := range ctl.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == cm.Name && path.Dir(file) == m.MountPath {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Fatalf("the file provider reads %q, which is not ConfigMap %s mounted", file, cm.Name)
+	}
+	var dyn struct {
+		HTTP struct {
+			Middlewares map[string]struct {
+				Retry *struct {
+					Attempts        int    `json:"attempts"`
+					InitialInterval string `json:"initialInterval"`
+				} `json:"retry"`
+			} `json:"middlewares"`
+		} `json:"http"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(cm.Data[path.Base(file)]), &dyn); err != nil {
+		t.Fatalf("ConfigMap %s, %s: %v", cm.Name, path.Base(file), err)
+	}
+	retry := dyn.HTTP.Middlewares["retry-refused"].Retry
+	if retry == nil || retry.Attempts < 2 || retry.Attempts > 3 || retry.InitialInterval == "" {
+		t.Errorf("middleware retry-refused: %+v, want a retry of 2 or 3 attempts with an initial interval", retry)
 	}
 }

@@ -11,3 +11,15 @@
 {{- end -}}
 {{- $t -}}
 {{- end -}}
+
+{{/* The data of the ConfigMap Traefik's file provider reads (configmap.yaml);
+its checksum restarts the controller when it changes. */}}
+{{- define "ingress.dynamicConfig" -}}
+dynamic.yaml: |
+  http:
+    middlewares:
+      retry-refused:
+        retry:
+          attempts: 3
+          initialInterval: 100ms
+{{- end -}}
