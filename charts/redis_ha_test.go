@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"onprem.dev/onprem/e2e/testservers"
 )
 
 // TestRedisHighAvailability: with global.availability high the redis
@@ -90,4 +93,35 @@ func TestRedisHighAvailability(t *testing.T) {
 	if *one.Spec.Replicas != 1 || len(one.Spec.Template.Spec.Containers) != 1 || len(s.roles)+len(s.pdbs)+len(s.networkPolicies)+len(s.configMaps) != 0 {
 		t.Errorf("single: %d replicas, %d containers, %d roles, %d budgets, %d policies", *one.Spec.Replicas, len(one.Spec.Template.Spec.Containers), len(s.roles), len(s.pdbs), len(s.networkPolicies))
 	}
+}
+
+// TestRedisKeeperStopsOnSIGTERM runs the keeper, the shell loop of a
+// member's third container, as its container's first process (PID 1 of a
+// PID namespace of its own, where a signal without a handler is ignored)
+// and stops it as the kubelet does: it must end on SIGTERM, not wait out
+// the pod's grace period for the kill (a drain took 64 s a member).
+func TestRedisKeeperStopsOnSIGTERM(t *testing.T) {
+	r := infraMustRender(t, "redis", valuesOf(t, "global: {availability: high}\nimages: {redisHA: registry.example.com/redis-ha:1}"))
+	scripts := testservers.WriteFiles(t, map[string][]byte{"redis-ha.sh": []byte(r.configMaps[0].Data["redis-ha.sh"])}, 0o644)
+	auth := testservers.WriteFiles(t, map[string][]byte{"password": []byte("keeper-test")}, 0o644)
+	keeper := infraContainer(t, r, "keeper")
+	pod := testservers.StartPod(t, testservers.PodSpec{
+		Name:    "redis-0",
+		Command: append(slices.Clone(keeper.Command), keeper.Args...),
+		Env: map[string]string{
+			"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NAMESPACE": "onprem", "POD_NAME": "redis-0", "POD_IP": "127.0.0.1",
+			"REDIS_PASSWORD": "keeper-test", "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "1",
+		},
+		Mounts: map[string]string{"/etc/redis-ha": scripts, "/etc/redis-auth": auth, "/data": t.TempDir()},
+	})
+	// Some rounds of its loop first.
+	time.Sleep(2500 * time.Millisecond)
+	if pod.Exited() {
+		t.Fatalf("the keeper ended by itself:\n%s", pod.LogTail(20))
+	}
+	stopped, took := pod.Stop(10 * time.Second)
+	if !stopped {
+		t.Fatalf("the keeper, its container's first process, did not end 10 s after SIGTERM: a stopping member waits for the kill\n%s", pod.LogTail(20))
+	}
+	t.Logf("the keeper ended %.1f s after SIGTERM", took.Seconds())
 }

@@ -136,6 +136,42 @@ func (p *Pod) Kill() {
 	}
 }
 
+// Stop stops the container as the kubelet does: SIGTERM to its first
+// process, which must end (and with it the container) within grace;
+// otherwise every process is killed, as the kubelet kills at the end of
+// the grace period. It reports whether the container ended by itself,
+// and when.
+func (p *Pod) Stop(grace time.Duration) (stopped bool, took time.Duration) {
+	p.t.Helper()
+	if p.p == nil || p.p.exited() {
+		return true, 0
+	}
+	// unshare --fork: its child is the namespace's first process.
+	unshare := p.p.cmd.Process.Pid
+	var first int
+	for deadline := time.Now().Add(5 * time.Second); first == 0 && time.Now().Before(deadline); {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", unshare, unshare))
+		if err == nil {
+			fmt.Sscan(string(data), &first)
+		}
+		if first == 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if first == 0 {
+		p.t.Fatalf("testservers: pod %s: no first process under unshare (%d)", p.spec.Name, unshare)
+	}
+	t0 := time.Now()
+	_ = syscall.Kill(first, syscall.SIGTERM)
+	select {
+	case <-p.p.done:
+		return true, time.Since(t0)
+	case <-time.After(grace):
+		p.Kill()
+		return false, time.Since(t0)
+	}
+}
+
 // Exited reports whether the container's processes have ended.
 func (p *Pod) Exited() bool { return p.p == nil || p.p.exited() }
 

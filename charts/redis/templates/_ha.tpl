@@ -156,6 +156,9 @@ point_service() {
 # on the volume, and, on the master that the Sentinels name (and that has
 # a replica, or finds the Service empty), points the Service redis at it.
 keeper() {
+  # The container's first process: without a trap, SIGTERM is ignored and
+  # a stopping pod waits out its whole grace period (60 s) for the kill.
+  trap 'exit 0' TERM INT
   applied=""
   labelled=""
   while :; do
