@@ -22,6 +22,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"onprem.dev/onprem/e2e/images"
 	"onprem.dev/onprem/e2e/kindcluster"
 	"onprem.dev/onprem/e2e/refservice"
 	"onprem.dev/onprem/installer/action"
@@ -45,6 +46,12 @@ type env struct {
 	publicKeyFile string
 	// haConfig is the high-availability step's onprem.yaml.
 	haConfig string
+	// built are the images the e2e built; ociLayout is the OCI layout
+	// its bundles are made from, and chartRepository the repository that
+	// serves the real runtime chart's versions (bundle create).
+	built           []images.Image
+	ociLayout       string
+	chartRepository string
 }
 
 type stepTime struct {

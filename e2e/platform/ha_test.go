@@ -48,7 +48,8 @@ const haMongoSecret = "e2e-mongodb"
 // PostgreSQL primary and the one that holds the Redis master: each time
 // the platform serves again, every write acknowledged before and during
 // the loss is read back, and the lost member rejoins once its node
-// starts again.
+// starts again. Then it upgrades the platform to a patch release while
+// every worker is drained in turn (upgradeWhileDraining).
 func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	t := e.t
 	e.step("high availability: "+version+" installed afresh with availability high on three workers", func() {
@@ -124,9 +125,14 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	// in one run of three the RabbitMQ member restarted on that node hung
 	// at boot (Erlang's global, "global hang workaround") and was not
 	// ready 5 minutes later; see docs/availability.md.
-	e.step("high availability: the PostgreSQL primary's node drained under traffic", func() {
-		e.drainUnderTraffic(ctx)
+	var patch, patchBundle string
+	e.step("high availability: the bundle of a patch release of "+version+", which no onprem embeds", func() {
+		patch, patchBundle = e.patchBundle(ctx, version)
 	})
+	e.step("high availability: upgrade "+version+" → "+patch+" while every worker is drained in turn, under traffic", func() {
+		e.upgradeWhileDraining(ctx, patch, patchBundle)
+	})
+	e.allReady(patch)
 }
 
 // members returns the pods of a database's StatefulSet.

@@ -66,6 +66,7 @@ func TestPlatform(t *testing.T) {
 			t.Fatalf("building the images and the kind toolchain: %v", err)
 		}
 		built = pre.Images
+		e.built = built
 	})
 
 	e.step("create the kind cluster", func() {
@@ -95,6 +96,7 @@ func TestPlatform(t *testing.T) {
 	bundles := map[string]string{}
 	e.step("bundle create and bundle push", func() {
 		layoutDir := filepath.Join(dir, "oci")
+		e.ociLayout = layoutDir
 		var chartVersions []string
 		for _, v := range versions {
 			rel, err := set.Get(v)
@@ -109,6 +111,7 @@ func TestPlatform(t *testing.T) {
 		// The real runtime chart, as published (../shared/upstream), served
 		// the way an operator's mirror serves it.
 		charts := gitopstest.ServeUpstreamOCI(t, chartVersions...)
+		e.chartRepository = charts
 		// Bundles are signed, as a vendor signs them: the key is made
 		// once where 'bundle create' finds it; the public key is what
 		// every configuration trusts (spec.trust) and push is given.

@@ -41,8 +41,8 @@ type timing struct {
 	traffic []trafficResult
 	// failovers: the high-availability step's node losses.
 	failovers []failover
-	// drain: the high-availability step's drain.
-	drain *drainFigures
+	// drain: the high-availability step's upgrade while draining.
+	drain *upgradeDrainFigures
 }
 
 // record takes the install's result and computes the critical path: the
@@ -142,8 +142,14 @@ func (tm *timing) write(t *testing.T) (string, string) {
 		}
 	}
 	if d := tm.drain; d != nil {
-		fmt.Fprintf(&b, "\na node drained with availability high: %s drained in %.1f s, every pod back %.1f s after the drain began; switchovers: %d %v\n",
-			d.Node, d.Drained.Seconds(), d.Back.Seconds(), len(d.Switchovers), d.Switchovers)
+		fmt.Fprintf(&b, "\nupgrade to %s with availability high while every worker was drained in turn: upgrade apply %.1f s\n", d.Version, d.Upgrade.Seconds())
+		for _, n := range d.Drains {
+			fmt.Fprintf(&b, "  %s drained %.1f s after the upgrade began, in %.1f s (%d pods); every pod ready again %.1f s after its drain began\n",
+				n.Node, n.Began.Seconds(), n.Drained.Seconds(), n.Evicted, n.Back.Seconds())
+		}
+		for _, db := range []string{"postgresql", "redis", "rabbitmq"} {
+			fmt.Fprintf(&b, "  %s: %d switchovers %v\n", db, len(d.Switchovers[db]), d.Switchovers[db])
+		}
 	}
 	if tm.recovery > 0 {
 		fmt.Fprintf(&b, "\nrecovery onto an empty cluster (onprem restore from the bucket, to every component Ready with its data): %.1f s\n", tm.recovery.Seconds())
