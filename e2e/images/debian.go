@@ -93,7 +93,15 @@ chmod 2777 /run/postgresql`,
 // release's postgresql-ha, which the postgresql chart runs under
 // spec.availability high (its pods' command is `patroni <config>`, with
 // the server's own programs found on PATH).
-var postgresHAImage = postgresImage.with("postgresql-ha", "patroni")
+var postgresHAImage = func() debianSpec {
+	s := postgresImage.with("postgresql-ha", "patroni")
+	// Patroni, the container's first process, stops (stopping PostgreSQL
+	// cleanly) on SIGTERM and ignores the SIGINT that the postgres image
+	// stops with: with it, every member that a roll or a drain stopped
+	// ran on until the kubelet killed it at the end of its grace period.
+	s.config.StopSignal = "SIGTERM"
+	return s
+}()
 
 // redisHAImage is the Redis image with what the redis chart's high
 // availability script uses beside redis-server and redis-cli (Sentinel is

@@ -19,6 +19,14 @@ import (
 func TestPostgreSQLHAImageRunsTheChartsPatroni(t *testing.T) {
 	img := build(t, "postgresql-ha")
 	checkUser(t, img, "999:999")
+	// The kubelet stops a container with its image's stop signal: Patroni
+	// stops on SIGTERM, not on the postgres image's SIGINT (a member then
+	// waits out its 60 s grace period for the kill).
+	if cf, err := img.Image.ConfigFile(); err != nil {
+		t.Fatal(err)
+	} else if cf.Config.StopSignal != "SIGTERM" {
+		t.Errorf("postgresql-ha stops with %q, want SIGTERM: Patroni ignores SIGINT", cf.Config.StopSignal)
+	}
 	root := unpack(t, img)
 	cfg := podConfig{
 		chart: "postgresql", container: "postgresql", name: "postgresql-0", root: root,
