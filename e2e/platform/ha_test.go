@@ -287,55 +287,64 @@ func (e *env) loseNode(ctx context.Context, db string) {
 // endpoints): the part of a loss that the cluster's grace period decides,
 // not the platform.
 func (e *env) watchLostNode(ctx context.Context, node string) func() (notReady, podsOut time.Time, held []string) {
-	ctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	var nr, out time.Time
 	var names []string
+	stop := poll(ctx, 250*time.Millisecond, func(ctx context.Context) bool {
+		now := time.Now()
+		if n, err := e.cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && nr.IsZero() &&
+			kindcluster.NodeReadyCondition(n).Status != corev1.ConditionTrue {
+			mu.Lock()
+			nr = now
+			mu.Unlock()
+		}
+		pods, err := e.cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			return true
+		}
+		anyReady := false
+		var held []string
+		for i := range pods.Items {
+			anyReady = anyReady || podReady(&pods.Items[i])
+			held = append(held, pods.Items[i].Name)
+		}
+		mu.Lock()
+		names = held
+		if !anyReady {
+			out = now
+		}
+		mu.Unlock()
+		return anyReady
+	})
+	return func() (time.Time, time.Time, []string) {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		return nr, out, names
+	}
+}
+
+// poll calls f every interval, from now, in a goroutine of its own, until f
+// returns false or the returned stop is called (which waits for a call in
+// progress).
+func poll(ctx context.Context, interval time.Duration, f func(ctx context.Context) (more bool)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(250 * time.Millisecond)
+		tick := time.NewTicker(interval)
 		defer tick.Stop()
-		for {
+		for f(ctx) {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
-			now := time.Now()
-			if n, err := e.cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil && nr.IsZero() &&
-				kindcluster.NodeReadyCondition(n).Status != corev1.ConditionTrue {
-				mu.Lock()
-				nr = now
-				mu.Unlock()
-			}
-			pods, err := e.cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-			if err != nil || !out.IsZero() {
-				continue
-			}
-			anyReady := false
-			var held []string
-			for i := range pods.Items {
-				anyReady = anyReady || podReady(&pods.Items[i])
-				held = append(held, pods.Items[i].Name)
-			}
-			mu.Lock()
-			names = held
-			if !anyReady {
-				out = now
-			}
-			mu.Unlock()
-			if !anyReady {
-				return
-			}
 		}
 	}()
-	return func() (time.Time, time.Time, []string) {
+	return func() {
 		cancel()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		return nr, out, names
 	}
 }
 

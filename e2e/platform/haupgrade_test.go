@@ -173,7 +173,7 @@ func (e *env) upgradeWhileDraining(ctx context.Context, version, bundle string) 
 	services := rt.stop(op + ": services through the ingress")
 	pgWritten, proxy := pg.stop()
 	published, publishing := pub.stop(op + ": RabbitMQ publishes (pipelines-api)")
-	switchovers := leaders.stop()
+	switchovers := leaders()
 	endpointLog := endpoints()
 	queueAfter, _ := e.queue(ctx)
 	if queueBefore.Leader != queueAfter.Leader {
@@ -242,52 +242,31 @@ func (e *env) workerNodes(ctx context.Context) []string {
 	return out
 }
 
-// leaderWatch records every change of the member each replicated
-// database's Service sends clients to (PostgreSQL's primary, Redis's
-// master), looked at every half second.
-type leaderWatch struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	changes map[string][]string
-}
-
-// watchLeaders starts a leaderWatch of dbs; its changes are dated from
-// origin.
-func (e *env) watchLeaders(ctx context.Context, origin time.Time, dbs ...string) *leaderWatch {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &leaderWatch{cancel: cancel, done: make(chan struct{}), changes: map[string][]string{}}
+// watchLeaders looks, every half second, at the member each of dbs' Service
+// sends clients to (PostgreSQL's primary, Redis's master) and records each
+// change, dated from origin, until the returned func is called, which
+// returns them by database.
+func (e *env) watchLeaders(ctx context.Context, origin time.Time, dbs ...string) func() map[string][]string {
+	changes := map[string][]string{}
 	last := map[string]string{}
 	for _, db := range dbs {
 		last[db], _, _ = e.leaderOrNone(ctx, db)
 	}
-	go func() {
-		defer close(w.done)
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+	stop := poll(ctx, 500*time.Millisecond, func(ctx context.Context) bool {
+		for _, db := range dbs {
+			pod, _, _ := e.leaderOrNone(ctx, db)
+			if pod == "" || pod == last[db] {
+				continue
 			}
-			for _, db := range dbs {
-				pod, _, _ := e.leaderOrNone(ctx, db)
-				if pod == "" || pod == last[db] {
-					continue
-				}
-				w.changes[db] = append(w.changes[db], fmt.Sprintf("%s → %s at +%.1f s", last[db], pod, time.Since(origin).Seconds()))
-				last[db] = pod
-			}
+			changes[db] = append(changes[db], fmt.Sprintf("%s → %s at +%.1f s", last[db], pod, time.Since(origin).Seconds()))
+			last[db] = pod
 		}
-	}()
-	return w
-}
-
-// stop ends the watch and returns each database's changes.
-func (w *leaderWatch) stop() map[string][]string {
-	w.cancel()
-	<-w.done
-	return w.changes
+		return true
+	})
+	return func() map[string][]string {
+		stop()
+		return changes
+	}
 }
 
 // watchEndpoints records, every quarter second until the returned func is
@@ -295,8 +274,6 @@ func (w *leaderWatch) stop() map[string][]string {
 // ready, serving and terminating conditions), dated from origin: beside
 // the requests that failed, they say where those could have been sent.
 func (e *env) watchEndpoints(ctx context.Context, origin time.Time, services ...string) func() []string {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
 	var changes []string
 	cond := func(b *bool) string {
 		if b == nil {
@@ -304,55 +281,47 @@ func (e *env) watchEndpoints(ctx context.Context, origin time.Time, services ...
 		}
 		return strconv.FormatBool(*b)
 	}
-	go func() {
-		defer close(done)
-		prev := map[string]string{}
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if l, err := e.cluster.Client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{}); err == nil {
-				cur := map[string]string{}
-				for _, s := range l.Items {
-					svc := s.Labels[discoveryv1.LabelServiceName]
-					if !slices.Contains(services, svc) {
-						continue
-					}
-					for _, ep := range s.Endpoints {
-						pod := ""
-						if ep.TargetRef != nil {
-							pod = ep.TargetRef.Name
-						}
-						for _, a := range ep.Addresses {
-							cur[svc+" "+a+" ("+pod+")"] = "ready=" + cond(ep.Conditions.Ready) + " serving=" + cond(ep.Conditions.Serving) + " terminating=" + cond(ep.Conditions.Terminating)
-						}
-					}
-				}
-				at := fmt.Sprintf("+%.1f s", time.Since(origin).Seconds())
-				var now []string
-				for k, v := range cur {
-					if prev[k] != v {
-						now = append(now, at+" "+k+" "+v)
-					}
-				}
-				for k := range prev {
-					if _, ok := cur[k]; !ok {
-						now = append(now, at+" "+k+" gone")
-					}
-				}
-				slices.Sort(now)
-				changes = append(changes, now...)
-				prev = cur
+	prev := map[string]string{}
+	stop := poll(ctx, 250*time.Millisecond, func(ctx context.Context) bool {
+		l, err := e.cluster.Client.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return true
+		}
+		cur := map[string]string{}
+		for _, s := range l.Items {
+			svc := s.Labels[discoveryv1.LabelServiceName]
+			if !slices.Contains(services, svc) {
+				continue
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+			for _, ep := range s.Endpoints {
+				pod := ""
+				if ep.TargetRef != nil {
+					pod = ep.TargetRef.Name
+				}
+				for _, a := range ep.Addresses {
+					cur[svc+" "+a+" ("+pod+")"] = "ready=" + cond(ep.Conditions.Ready) + " serving=" + cond(ep.Conditions.Serving) + " terminating=" + cond(ep.Conditions.Terminating)
+				}
 			}
 		}
-	}()
+		at := fmt.Sprintf("+%.1f s", time.Since(origin).Seconds())
+		var now []string
+		for k, v := range cur {
+			if prev[k] != v {
+				now = append(now, at+" "+k+" "+v)
+			}
+		}
+		for k := range prev {
+			if _, ok := cur[k]; !ok {
+				now = append(now, at+" "+k+" gone")
+			}
+		}
+		slices.Sort(now)
+		changes = append(changes, now...)
+		prev = cur
+		return true
+	})
 	return func() []string {
-		cancel()
-		<-done
+		stop()
 		return changes
 	}
 }
