@@ -96,7 +96,16 @@
 //     leads, the platform serves again (the time and each cause's last
 //     failure are logged and written to the timing file), every write
 //     acknowledged before and during the loss is read back, and the node's
-//     pods are all ready again once it starts;
+//     pods are all ready again once it starts; then the bundle of a patch
+//     release of 2.8.0 that no onprem embeds (every platform image new,
+//     the databases' replicated ones among them), made with the library
+//     behind `bundle create`, signed and pushed, and `onprem upgrade
+//     apply` to it while every worker is cordoned, drained as kubectl
+//     drain does and uncordoned in turn (haupgrade_test.go), under the
+//     same traffic: the upgrade succeeds, every member runs the new image,
+//     no acknowledged write or confirmed message is lost, the changes of
+//     primary and master are bounded, and the requests to the services
+//     that fail are reported (goal: none) beside the endpoints' changes;
 //  11. writes the timing figures (per component apply-to-Ready, total
 //     install time, the true critical path and the ratio between them,
 //     requests sent and failed during each upgrade and the re-run) to a
