@@ -105,8 +105,8 @@ func (e *env) patchBundle(ctx context.Context, base string) (version, path strin
 // upgradeWhileDraining runs 'onprem upgrade apply' to version (bundle) on
 // the high-availability platform while every worker is drained in turn, as
 // `kubectl drain --ignore-daemonsets --delete-emptydir-data` does (cordon,
-// every pod evicted as the PodDisruptionBudgets allow) and then uncordoned
-// once every pod is ready again, under the node losses' traffic: records
+// every pod evicted as the PodDisruptionBudgets allow), then uncordoned,
+// and every pod waited for until ready, under the node losses' traffic: records
 // written and read through the ingress controller, messages published to
 // RabbitMQ with confirms, records written to PostgreSQL. The upgrade rolls
 // every service and every PostgreSQL and Redis member while the drains
