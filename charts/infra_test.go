@@ -32,6 +32,8 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"onprem.dev/onprem/e2e/testservers"
 )
 
 const infraNamespace = "platform-ns"
@@ -1647,15 +1649,14 @@ process.stdout.write(JSON.stringify({ calls, out, exitCode }));
 // at once on bad admin credentials, refuses the server's own databases, and
 // never prints a password.
 func TestDBProvisionMongoScript(t *testing.T) {
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("no node")
-	}
+	// Debian's Node.js, installed when missing (never a skip).
+	node := testservers.EnsurePackage(t, "nodejs", "node")
 	r := infraMustRender(t, "db-provision", valuesOf(t, "services: [{name: pipelines-api, mongodb: true}, {name: gitops-api, mongodb: true}]"))
 	dir := t.TempDir()
 	for k, v := range r.configMaps[0].Data {
 		infraWrite(t, filepath.Join(dir, "etc/onprem/db-provision", k), v)
 	}
-	if out, err := exec.Command("node", "--check", filepath.Join(dir, "etc/onprem/db-provision/mongodb-provision.js")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(node, "--check", filepath.Join(dir, "etc/onprem/db-provision/mongodb-provision.js")).CombinedOutput(); err != nil {
 		t.Fatalf("node --check: %v\n%s", err, out)
 	}
 	infraWrite(t, filepath.Join(dir, "harness.js"), infraMongoshHarness)
@@ -1674,7 +1675,7 @@ func TestDBProvisionMongoScript(t *testing.T) {
 		ExitCode int      `json:"exitCode"`
 	}
 	run := func(scenario string, env ...string) result {
-		cmd := exec.Command("node", filepath.Join(dir, "harness.js"))
+		cmd := exec.Command(node, filepath.Join(dir, "harness.js"))
 		cmd.Env = append([]string{
 			"PATH=" + os.Getenv("PATH"),
 			"ROOT=" + dir,
