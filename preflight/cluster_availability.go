@@ -109,9 +109,13 @@ func highAvailability(ctx context.Context, env *Env) Outcome {
 		// are cordoned for a while (a drain, an operating system's
 		// update): an upgrade or a re-run may go on, the members and
 		// replicas it restarts there waiting for the uncordon.
-		replicated, err := replicatedInstalled(ctx, env)
+		forms, err := installedForms(ctx, env.Cluster.Client, platformNamespace(env), in)
 		if err != nil {
 			return cannotRun(Blocking, availabilityID, "read the databases' StatefulSets in "+platformNamespace(env), err)
+		}
+		replicated := false
+		for _, r := range forms {
+			replicated = replicated || r
 		}
 		if replicated && len(usable)+len(cordoned) >= MinHANodes {
 			verb := "are"
@@ -201,21 +205,15 @@ func (c AvailabilityChange) String() string {
 // parallel, which an existing StatefulSet cannot be changed to): install
 // moves the data over (installer/action), upgrade and restore refuse.
 func AvailabilityChanges(ctx context.Context, c kubernetes.Interface, ns string, in *config.Installation) ([]AvailabilityChange, error) {
+	forms, err := installedForms(ctx, c, ns, in)
+	if err != nil {
+		return nil, err
+	}
 	var out []AvailabilityChange
+	want := in.Spec.Availability == config.AvailabilityHigh
 	for _, db := range replicatedDatabases {
-		if db.mode(in) == config.DatabaseModeExternal {
-			continue
-		}
-		sts, err := c.AppsV1().StatefulSets(ns).Get(ctx, db.name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, db.name, err)
-		}
-		replicated := sts.Spec.Template.Labels[db.label] != ""
-		want := in.Spec.Availability == config.AvailabilityHigh
-		if replicated == want {
+		replicated, installed := forms[db.name]
+		if !installed || replicated == want {
 			continue
 		}
 		ch := AvailabilityChange{Engine: db.name, Product: db.product, From: "a single server", To: "a replicated " + db.cluster}
@@ -227,27 +225,24 @@ func AvailabilityChanges(ctx context.Context, c kubernetes.Interface, ns string,
 	return out, nil
 }
 
-// replicatedInstalled says whether the platform in its namespace runs a
-// database in its replicated form already (an operation on it, not an
-// install or a move to high).
-func replicatedInstalled(ctx context.Context, env *Env) (bool, error) {
-	ns := platformNamespace(env)
+// installedForms says, for each in-cluster database whose StatefulSet is
+// installed in ns, whether it runs in its replicated form.
+func installedForms(ctx context.Context, c kubernetes.Interface, ns string, in *config.Installation) (map[string]bool, error) {
+	forms := map[string]bool{}
 	for _, db := range replicatedDatabases {
-		if db.mode(env.Installation) == config.DatabaseModeExternal {
+		if db.mode(in) == config.DatabaseModeExternal {
 			continue
 		}
-		sts, err := env.Cluster.Client.AppsV1().StatefulSets(ns).Get(ctx, db.name, metav1.GetOptions{})
+		sts, err := c.AppsV1().StatefulSets(ns).Get(ctx, db.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, db.name, err)
+			return nil, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, db.name, err)
 		}
-		if sts.Spec.Template.Labels[db.label] != "" {
-			return true, nil
-		}
+		forms[db.name] = sts.Spec.Template.Labels[db.label] != ""
 	}
-	return false, nil
+	return forms, nil
 }
 
 // availabilityChange reports the databases whose form would change. An
