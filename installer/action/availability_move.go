@@ -298,9 +298,17 @@ func (m *availabilityMove) backUp(ctx context.Context, rec *corev1.Secret, ids [
 	return nil
 }
 
-// replace deletes engine's StatefulSet and the volumes of its members, and
-// waits until its pods are gone, so that it is made again in its new form
-// with empty volumes.
+// replace deletes engine's StatefulSet, the volumes of its members and its
+// clients' Service with its Endpoints, and waits until they are gone, so
+// that it is made again in its new form with empty volumes.
+//
+// The Service goes because its two forms differ: PostgreSQL's and Redis's
+// have no selector when replicated (Patroni and the keepers write its
+// Endpoints, which are Patroni's leader lock, labelled as Patroni selects
+// them) and a selector otherwise (the cluster writes them). Endpoints left
+// from the other form stand in the way: Patroni sees no lock among the
+// objects it selects, cannot create the one that is there, and no member
+// ever leads.
 func (m *availabilityMove) replace(ctx context.Context, engine string) error {
 	c := m.cl.Client
 	var claims []string
@@ -330,6 +338,13 @@ func (m *availabilityMove) replace(ctx context.Context, engine string) error {
 			return fmt.Errorf("deleting volume claim %s/%s: %w", m.ns, name, err)
 		}
 	}
+	if err := c.CoreV1().Services(m.ns).Delete(ctx, engine, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Service %s/%s: %w", m.ns, engine, err)
+	}
+	// Once the Service is gone nothing makes its Endpoints again.
+	if err := c.CoreV1().Endpoints(m.ns).Delete(ctx, engine, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Endpoints %s/%s: %w", m.ns, engine, err)
+	}
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, m.timeout, true, func(ctx context.Context) (bool, error) {
 		pods, err := c.CoreV1().Pods(m.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -345,10 +360,14 @@ func (m *availabilityMove) replace(ctx context.Context, engine string) error {
 				return false, nil
 			}
 		}
-		return true, nil
+		if _, err := c.CoreV1().Services(m.ns).Get(ctx, engine, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		_, err = c.CoreV1().Endpoints(m.ns).Get(ctx, engine, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for %s's pods and volumes to be gone: %w", engine, err)
+		return fmt.Errorf("waiting for %s's pods, volumes, Service and Endpoints to be gone: %w", engine, err)
 	}
 	return nil
 }

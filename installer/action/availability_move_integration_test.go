@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"onprem.dev/onprem/e2e/testcluster"
 	"onprem.dev/onprem/e2e/testservers"
@@ -118,6 +119,23 @@ func TestInstallMovesSingleToHigh(t *testing.T) {
 		}
 	}()
 
+	// The Endpoints the cluster made for the single servers' Services
+	// (with a selector) must not outlive the move: Patroni could never
+	// take its leader lock in PostgreSQL's.
+	singleEndpoints := map[string]types.UID{}
+	for _, name := range []string{"postgresql", "redis"} {
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			ep, err := c.Client.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				singleEndpoints[name] = ep.UID
+			}
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("the cluster made no Endpoints for the single %s's Service: %v", name, err)
+		}
+	}
+
 	ex := backuptest.NewExec(t, servers)
 	// The first restore of a PostgreSQL database fails once: the move
 	// stops halfway, its databases empty.
@@ -218,6 +236,15 @@ func TestInstallMovesSingleToHigh(t *testing.T) {
 	}
 	if got := redis("GET", "session-7"); got != "alive" {
 		t.Errorf("redis key after the move: %q", got)
+	}
+	for name, uid := range singleEndpoints {
+		svc, err := c.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || svc.Spec.Selector != nil {
+			t.Errorf("Service %s after the move: %v, selector %v (want none: its members write its Endpoints)", name, err, svc.Spec.Selector)
+		}
+		if ep, err := c.Client.CoreV1().Endpoints(ns).Get(ctx, name, metav1.GetOptions{}); err == nil && ep.UID == uid {
+			t.Errorf("the Endpoints %s the cluster made for the single server outlived the move (labels %v)", name, ep.Labels)
+		}
 	}
 	changes, err := preflight.AvailabilityChanges(ctx, c.Client, ns, &config.Installation{Spec: config.Spec{Availability: config.AvailabilityHigh}})
 	if err != nil || len(changes) != 0 {
