@@ -1885,6 +1885,24 @@ func TestPostgreSQLMountsItsAdminSecret(t *testing.T) {
 	}
 }
 
+// The scripts onprem runs in PostgreSQL's pod (backups, restores, the
+// moves between availabilities, rotations: installer/dbdump and
+// installer/rotate) log in as $POSTGRES_USER under $PGDATA's server: both
+// forms set them, the user from the admin Secret. The replicated form's
+// container once lacked the user, and every restore into it failed
+// ("POSTGRES_USER: parameter not set").
+func TestPostgreSQLScriptsEnvironment(t *testing.T) {
+	for _, values := range []string{"", "global: {availability: high}\nimages: {postgresqlHA: registry.example.com/postgresql-ha:1}\nha: {replicationSecret: onprem-postgresql-replication}"} {
+		c := infraContainer(t, infraMustRender(t, "postgresql", valuesOf(t, values)), "postgresql")
+		if got := infraEnvFromSecret(c)["POSTGRES_USER"]; got != "onprem-postgresql-admin/username" {
+			t.Errorf("values %q: POSTGRES_USER from %q, want onprem-postgresql-admin/username", values, got)
+		}
+		if got, _ := infraEnvValue(c, "PGDATA"); got != "/var/lib/postgresql/data/pgdata" {
+			t.Errorf("values %q: PGDATA %q", values, got)
+		}
+	}
+}
+
 // infraCheckMembers: a replicated database's members (high availability)
 // start together, so that a whole-cluster restart never waits on a later
 // member, and run one per node (required), so that losing a node loses one.
