@@ -106,8 +106,11 @@ func (e *env) startRecordTraffic(client *http.Client, paths []string, answeredBy
 			return
 		}
 		prefix := writeTargets[(i/2)%len(writeTargets)]
-		key := fmt.Sprintf("during-rotation-%d", i)
-		value := fmt.Sprintf("written during the rotations, request %d", i)
+		// Each run writes keys of its own: a write that a later
+		// operation loses must not be found as an earlier run's record of
+		// the same name and value.
+		key := fmt.Sprintf("traffic-%d-%d", rt.started.UnixMilli(), i)
+		value := fmt.Sprintf("written under traffic started at %s, request %d", rt.started.Format(time.RFC3339Nano), i)
 		err := call(client, http.MethodPut, prefix+"/records/"+key, value, nil)
 		rt.recordSent(prefix+"/records/"+key+" (write)", sent, err)
 		if err == nil {
@@ -170,5 +173,5 @@ func (e *env) checkWritten(written map[string]writtenRecord) {
 			}
 		}
 	}
-	e.t.Logf("%d record(s) written during the rotations read back through the ingress controller", len(written))
+	e.t.Logf("%d record(s) written under traffic read back through the ingress controller", len(written))
 }
