@@ -2,6 +2,7 @@ package charts
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,9 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"onprem.dev/onprem/e2e/testservers"
 )
@@ -19,8 +22,11 @@ import (
 // With availability high, a PostgreSQL member that stops (a drain, a
 // roll) first hands the primary's role over: its preStop runs
 // switchover.py, which asks its own Patroni for a switchover when it is
-// the primary, and does nothing as a replica or when Patroni does not
-// answer. Run with Python against a stand-in of Patroni's REST API.
+// the primary, and does nothing more as a replica or when Patroni does
+// not answer; in every case it then sends Patroni SIGTERM, which Patroni
+// obeys, so that the member stops at once whatever stop signal its image
+// declares. Run with Python against a stand-in of Patroni's REST API and
+// a stand-in of its process.
 func TestPostgreSQLPrimarySwitchesOverBeforeItStops(t *testing.T) {
 	const ha = "global: {availability: high}\nimages: {postgresqlHA: registry.example.com/postgresql-ha:1}\nha: {replicationSecret: onprem-postgresql-replication}"
 	r := infraMustRender(t, "postgresql", valuesOf(t, ha))
@@ -66,12 +72,14 @@ func TestPostgreSQLPrimarySwitchesOverBeforeItStops(t *testing.T) {
 				}
 			}))
 			defer api.Close()
+			patroni := startPatroniStandIn(t)
 			cmd := exec.Command(python, f)
-			cmd.Env = append(os.Environ(), "PATRONI_API="+api.URL, "PATRONI_NAME=postgresql-1")
+			cmd.Env = append(os.Environ(), "PATRONI_API="+api.URL, "PATRONI_NAME=postgresql-1", patroni.env)
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("switchover.py: %v\n%s", err, out)
 			}
+			patroni.wantTerminated(t)
 			mu.Lock()
 			defer mu.Unlock()
 			want := []string{"GET /patroni "}
@@ -83,11 +91,49 @@ func TestPostgreSQLPrimarySwitchesOverBeforeItStops(t *testing.T) {
 			}
 		})
 	}
-	// Patroni not answering: the member stops anyway, saying why.
+	// Patroni's API not answering: the member stops anyway, saying why.
+	patroni := startPatroniStandIn(t)
 	cmd := exec.Command(python, f)
-	cmd.Env = append(os.Environ(), "PATRONI_API=http://127.0.0.1:1", "PATRONI_NAME=postgresql-1")
+	cmd.Env = append(os.Environ(), "PATRONI_API=http://127.0.0.1:1", "PATRONI_NAME=postgresql-1", patroni.env)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "no switchover before stopping") {
 		t.Errorf("with Patroni down: %v\n%s", err, out)
+	}
+	patroni.wantTerminated(t)
+}
+
+// patroniStandIn is a process standing for Patroni, PID 1 of a member's
+// container: a shell that exits 143 on SIGTERM and ignores SIGINT, as
+// Patroni does. env points switchover.py at it (PATRONI_PID).
+type patroniStandIn struct {
+	cmd  *exec.Cmd
+	env  string
+	done chan error
+}
+
+func startPatroniStandIn(t *testing.T) *patroniStandIn {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", `trap '' INT; trap 'exit 143' TERM; while :; do sleep 0.1; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &patroniStandIn{cmd: cmd, env: "PATRONI_PID=" + strconv.Itoa(cmd.Process.Pid), done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return p
+}
+
+// wantTerminated checks that the stand-in was told to stop with SIGTERM
+// (and did, within seconds).
+func (p *patroniStandIn) wantTerminated(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+			t.Errorf("Patroni's stand-in ended with %v, want exit 143 (its SIGTERM trap)", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("switchover.py did not send Patroni SIGTERM: it would stop only when the kubelet's stop signal or the kill came")
 	}
 }
