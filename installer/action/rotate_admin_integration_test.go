@@ -30,6 +30,12 @@ func mirrorSecret(t *testing.T, c *testcluster.Cluster, ns, name, dir string, la
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
+	// As the kubelet does: each version's files in a folder of their own,
+	// swapped in at once (a symlink renamed over the last one), so that a
+	// reader never finds the folder missing or half written.
+	if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
+		_ = os.RemoveAll(dir)
+	}
 	write := func(data map[string][]byte) {
 		tmp, err := os.MkdirTemp(filepath.Dir(dir), ".mirror-")
 		if err != nil {
@@ -38,8 +44,11 @@ func mirrorSecret(t *testing.T, c *testcluster.Cluster, ns, name, dir string, la
 		for k, v := range data {
 			_ = os.WriteFile(filepath.Join(tmp, k), v, 0o600)
 		}
-		_ = os.RemoveAll(dir)
-		_ = os.Rename(tmp, dir)
+		link := dir + ".swap"
+		_ = os.Remove(link)
+		if err := os.Symlink(tmp, link); err == nil {
+			_ = os.Rename(link, dir)
+		}
 	}
 	same := func(data map[string][]byte) bool {
 		entries, _ := os.ReadDir(dir)

@@ -175,13 +175,23 @@ func script(body string, args ...string) []string {
 // While a rotation is under way the Secret holds the next password too
 // (next-password): the one the server accepts is used. Without the
 // folder, the environment's password stays.
+//
+// Each file is read once, next-password first: the kubelet swaps the
+// mounted Secret's files at once, but two reads may straddle a swap, and
+// a rotation only moves forward (next-password added, the server
+// changed, then password takes its value and next-password goes). Read
+// in this order, a next-password already gone means the password read
+// after it is the new one; a check of the file followed by a read of it
+// could find it gone in between (and `set -e` ended the script).
 const PostgreSQLAuth = `admin="${ONPREM_PG_ADMIN_DIR:-/etc/postgresql-admin}"
-if [ -r "$admin/password" ]; then
-  POSTGRES_PASSWORD="$(cat "$admin/password")"
-  if [ -s "$admin/next-password" ] && ! PGPASSWORD="$POSTGRES_PASSWORD" PGCONNECT_TIMEOUT=5 psql --host="$host" --port="$port" \
-      --username="$POSTGRES_USER" --no-password --dbname=postgres --no-psqlrc --tuples-only --command='SELECT 1' >/dev/null 2>&1; then
-    POSTGRES_PASSWORD="$(cat "$admin/next-password")"
-  fi
+next="$(cat "$admin/next-password" 2>/dev/null || :)"
+current="$(cat "$admin/password" 2>/dev/null || :)"
+if [ -n "$current" ]; then
+  POSTGRES_PASSWORD="$current"
+fi
+if [ -n "$next" ] && ! PGPASSWORD="${POSTGRES_PASSWORD:-}" PGCONNECT_TIMEOUT=5 psql --host="$host" --port="$port" \
+    --username="$POSTGRES_USER" --no-password --dbname=postgres --no-psqlrc --tuples-only --command='SELECT 1' >/dev/null 2>&1; then
+  POSTGRES_PASSWORD="$next"
 fi
 `
 
