@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -84,6 +88,7 @@ func patroniFailover(t *testing.T, c *testcluster.Cluster, kc *kube.Cluster) {
 	if top.Primary != "postgresql-0" || !top.Healthy() {
 		t.Fatalf("topology = %+v", top)
 	}
+	probeMembers(t, sts, ips)
 
 	admin := secretData(t, c.Client, ns, "onprem-postgresql-admin")
 	dsn := func(ip string) string {
@@ -219,6 +224,55 @@ func patroniFailover(t *testing.T, c *testcluster.Cluster, kc *kube.Cluster) {
 	t.Logf("after the return: %s", top.Summary())
 	if !strings.HasPrefix(top.Summary(), "primary "+top.Primary+"; ") {
 		t.Errorf("summary %q does not name the primary first", top.Summary())
+	}
+}
+
+// probeMembers asks each running member's real Patroni what the kubelet
+// asks with the rendered container's probes: each must answer 200. The
+// startup probe must be the liveness probe's question: the kubelet checks
+// liveness only once the startup probe passed, so a startup probe that
+// waits for readiness would let a Patroni whose loop stopped while its
+// PostgreSQL started stay unnoticed for as long as the probe waits.
+func probeMembers(t *testing.T, sts *appsv1.StatefulSet, ips []string) {
+	t.Helper()
+	var c *corev1.Container
+	for i := range sts.Spec.Template.Spec.Containers {
+		if sts.Spec.Template.Spec.Containers[i].Name == topology.PostgreSQL {
+			c = &sts.Spec.Template.Spec.Containers[i]
+		}
+	}
+	if c == nil {
+		t.Fatalf("StatefulSet %s has no container %s", sts.Name, topology.PostgreSQL)
+	}
+	probes := map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe}
+	for kind, p := range probes {
+		if p == nil || p.HTTPGet == nil {
+			t.Fatalf("container %s: the %s probe is %+v, want an HTTP GET of Patroni's REST API", c.Name, kind, p)
+		}
+	}
+	if c.StartupProbe.HTTPGet.Path != c.LivenessProbe.HTTPGet.Path {
+		t.Errorf("container %s: the startup probe asks %s, the liveness probe %s: until the startup probe passes a stopped Patroni loop is not noticed",
+			c.Name, c.StartupProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, ip := range ips {
+		for kind, p := range probes {
+			port := p.HTTPGet.Port.IntValue()
+			for _, cp := range c.Ports {
+				if p.HTTPGet.Port.StrVal != "" && cp.Name == p.HTTPGet.Port.StrVal {
+					port = int(cp.ContainerPort)
+				}
+			}
+			u := "http://" + net.JoinHostPort(ip, strconv.Itoa(port)) + p.HTTPGet.Path
+			resp, err := client.Get(u)
+			if err != nil {
+				t.Fatalf("the %s probe of the member at %s: %v", kind, ip, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("the %s probe of the member at %s (GET %s): %s, want 200", kind, ip, u, resp.Status)
+			}
+		}
 	}
 }
 
