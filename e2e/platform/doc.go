@@ -86,16 +86,26 @@
 //     node NotReady after 16 s), `onprem uninstall` leaves the
 //     PersistentVolumeClaims (the runner and the runtime stay);
 //     then high availability (ha_test.go): the volumes deleted, 2.8.0
-//     installed afresh with `availability: high` (MongoDB external: a
+//     installed afresh with one server per database (MongoDB external: a
 //     FerretDB on this machine, since the ring has no MongoDB with replica
-//     sets), every database member on a node of its own; then the node of
-//     the PostgreSQL primary, and after it is back that of the Redis
-//     master, killed (docker kill) while records are written and services
-//     asked for their databases through the ingress controller and
-//     records written to PostgreSQL through audit-manager: another member
-//     leads, the platform serves again (the time and each cause's last
-//     failure are logged and written to the timing file), every write
-//     acknowledged before and during the loss is read back, and the node's
+//     sets), records written to PostgreSQL and MongoDB and a key to Redis;
+//     then `availability: high` set and `onprem install` run: `onprem
+//     diff` names the three moves first, install moves PostgreSQL,
+//     RabbitMQ and Redis to their replicated forms, and every record and
+//     the key are read back; every database member on a node of its own;
+//     the members' peer ports (Patroni's REST API, the Sentinels, Erlang's
+//     distribution and epmd) refused to an unlabelled pod and to the
+//     services, their client ports open only to their clients; `onprem
+//     rotate credentials --all` under traffic (no request fails, each old
+//     password refused and each new one accepted on every member); then
+//     the node of the PostgreSQL primary, and after it is back that of the
+//     Redis master, killed (docker kill) while records are written and
+//     services asked for their databases through the ingress controller
+//     and records written to PostgreSQL through audit-manager: another
+//     member leads, the platform serves again (the time and each cause's
+//     last failure are logged and written to the timing file), every
+//     write acknowledged before and during the loss is read back, `onprem
+//     doctor` names the database that runs a member short, and the node's
 //     pods are all ready again once it starts; then the bundle of a patch
 //     release of 2.8.0 that no onprem embeds (every platform image new,
 //     the databases' replicated ones among them), made with the library
@@ -104,8 +114,9 @@
 //     drain does and uncordoned in turn (haupgrade_test.go), under the
 //     same traffic: the upgrade succeeds, every member runs the new image,
 //     no acknowledged write or confirmed message is lost, the changes of
-//     primary and master are bounded, and the requests to the services
-//     that fail are reported (goal: none) beside the endpoints' changes;
+//     primary and master are bounded, and no request to the services
+//     fails (the endpoints' changes are logged beside a failure); last, a
+//     support bundle of the replicated platform holds no secret value;
 //  11. writes the timing figures (per component apply-to-Ready, total
 //     install time, the true critical path and the ratio between them,
 //     requests sent and failed during each upgrade and the re-run) to a

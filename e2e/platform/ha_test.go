@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"onprem.dev/onprem/e2e/kindcluster"
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
+	"onprem.dev/onprem/installer/doctor"
 )
 
 // The high-availability step runs on the disaster-recovery cluster: a
@@ -42,17 +44,25 @@ const (
 // the cluster, as docs/availability.md allows.
 const haMongoSecret = "e2e-mongodb"
 
-// highAvailability installs version afresh with spec.availability high on
-// the cluster's three workers (after the single platform's uninstall),
-// then kills, one at a time and under traffic, the node that holds the
-// PostgreSQL primary and the one that holds the Redis master: each time
-// the platform serves again, every write acknowledged before and during
-// the loss is read back, and the lost member rejoins once its node
-// starts again. Then it upgrades the platform to a patch release while
-// every worker is drained in turn (upgradeWhileDraining).
+// haRedisKey is the key written to the single Redis before the move to
+// high availability and read back after it.
+const haRedisKey = "e2e-moved-to-high"
+
+// highAvailability installs version afresh on the cluster's three workers
+// (after the single platform's uninstall), with one server per database,
+// writes records, and moves it to spec.availability high with `onprem
+// install` (every record read back after the move); rotates every
+// credential under traffic; then kills, one at a time and under traffic,
+// the node that holds the PostgreSQL primary and the one that holds the
+// Redis master: each time the platform serves again, every write
+// acknowledged before and during the loss is read back, and the lost
+// member rejoins once its node starts again. Then it upgrades the
+// platform to a patch release while every worker is drained in turn
+// (upgradeWhileDraining).
 func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	t := e.t
-	e.step("high availability: "+version+" installed afresh with availability high on three workers", func() {
+	records := map[string]string{}
+	e.step("high availability: "+version+" installed afresh with one server per database (MongoDB external), records written", func() {
 		// The single platform's volumes, which its uninstall kept, go:
 		// this is a new installation.
 		pvcs := e.cluster.Client.CoreV1().PersistentVolumeClaims(namespace)
@@ -74,12 +84,38 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 		}
 		e.putSecret(ctx, haMongoSecret, map[string]string{"host": host, "port": port, "username": "e2e-admin", "password": "e2e-admin-password"})
 		e.haConfig = e.writeConfig("onprem-ha.yaml", version, "")
-		e.appendConfig(e.haConfig, fmt.Sprintf(`  availability: high
-  databases:
+		e.appendConfig(e.haConfig, fmt.Sprintf(`  databases:
     mongodb:
       mode: external
       external: {secretName: %s, cidrs: ["%s/32"], port: %s}
 `, haMongoSecret, hostIP, port))
+		var res action.InstallResult
+		e.onpremJSON(&res, "install", "-c", e.haConfig, "--bundle", bundle, "--kubeconfig", e.kubeconfig, "--timeout", "8m")
+		if res.Version != version {
+			t.Fatalf("installed version %q, want %s", res.Version, version)
+		}
+		t.Logf("single: installed in %s", res.Elapsed.Round(time.Second))
+		e.ingressClient(ctx)
+		e.allowAPIServerProxy(ctx)
+		for i := range 5 {
+			key := fmt.Sprintf("before-the-move-%d", i)
+			records[key] = fmt.Sprintf("written to the single servers, record %d", i)
+			e.putRecord(ctx, key, records[key])
+		}
+		if got := strings.TrimSpace(e.redis(ctx, "SET", haRedisKey, "kept by the move")); got != "OK" {
+			t.Fatalf("redis SET: %q", got)
+		}
+	})
+	e.step("high availability: single → high by onprem install: diff names the moves first; every record and the Redis key after", func() {
+		e.appendConfig(e.haConfig, "  availability: high\n")
+		var plan struct {
+			Moves []string `json:"availabilityMoves"`
+		}
+		e.onpremJSON(&plan, "diff", "-c", e.haConfig, "--bundle", bundle, "--kubeconfig", e.kubeconfig)
+		if len(plan.Moves) != 3 {
+			t.Fatalf("diff names the moves %q, want PostgreSQL's, RabbitMQ's and Redis's (MongoDB is external)", plan.Moves)
+		}
+		t.Logf("diff: %s", strings.Join(plan.Moves, "; "))
 		var rep struct {
 			Findings []struct{ ID, Result, Message string }
 		}
@@ -89,12 +125,22 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 				t.Logf("preflight %s: %s: %s", f.ID, f.Result, f.Message)
 			}
 		}
+		// The move's backup goes to the test's folder, not the home's.
 		var res action.InstallResult
-		e.onpremJSON(&res, "install", "-c", e.haConfig, "--bundle", bundle, "--kubeconfig", e.kubeconfig, "--timeout", "12m")
+		e.onpremJSON(&res, "install", "-c", e.haConfig, "--bundle", bundle, "--kubeconfig", e.kubeconfig, "--timeout", "12m",
+			"--move-dir", filepath.Join(e.dir, "availability-moves"))
 		if res.Version != version {
 			t.Fatalf("installed version %q, want %s", res.Version, version)
 		}
-		t.Logf("high availability: installed in %s", res.Elapsed.Round(time.Second))
+		if res.Move == nil || strings.Join(res.Move.Databases, ",") != "postgresql,rabbitmq,redis" {
+			t.Fatalf("install moved %+v, want postgresql, rabbitmq and redis", res.Move)
+		}
+		t.Logf("high availability: moved %v in %s (the services stopped %s)", res.Move.Databases, res.Elapsed.Round(time.Second), res.Move.Downtime.Round(time.Second))
+		e.timing.move = res.Move.Downtime
+		e.checkRecords(ctx, records)
+		if got := strings.TrimSpace(e.redis(ctx, "GET", haRedisKey)); got != "kept by the move" {
+			t.Fatalf("redis key %s after the move: %q", haRedisKey, got)
+		}
 	})
 	e.allReady(version)
 	e.step("high availability: every database member on a node of its own", func() {
@@ -110,10 +156,17 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 				t.Fatalf("%s: %d members on nodes %v, want %d", db, len(nodes), nodes, haWorkers)
 			}
 		}
-		e.ingressClient(ctx)
 		e.checkService("/api", "pipelines-api", version, "mongodb", "redis", "rabbitmq")
 		e.checkQuorumQueue(ctx)
-		e.allowAPIServerProxy(ctx)
+	})
+	e.step("high availability: NetworkPolicies: the members' peer ports answer only their peers, their client ports only their clients", func() {
+		e.replicatedNetworkPolicies(ctx)
+	})
+	e.step("high availability: every credential rotated under traffic: no request fails, each old password refused on every member", func() {
+		e.rotateReplicated(ctx, records)
+	})
+	e.step("high availability: a backup of the replicated platform, after the rotation", func() {
+		e.backUpReplicated()
 	})
 	e.step("high availability: the PostgreSQL primary's node lost under traffic", func() {
 		e.loseNode(ctx, "postgresql")
@@ -133,6 +186,9 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 		e.upgradeWhileDraining(ctx, patch, patchBundle)
 	})
 	e.allReady(patch)
+	e.step("high availability: a support bundle after the failovers: no secret in it (the replication and Sentinel ones included), analyzed offline", func() {
+		e.supportBundle(ctx, patchBundle, false)
+	})
 }
 
 // members returns the pods of a database's StatefulSet.
@@ -233,7 +289,7 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	})
 	written := rt.stopWriting()
 	ingress := rt.stop(db + " leader's node lost: ingress")
-	pgWritten, proxy := pg.stop()
+	pgWritten, proxy := pg.stop(db + " leader's node lost: PostgreSQL writes (audit-manager)")
 	published, publishing := pub.stop(db + " leader's node lost: RabbitMQ publishes (pipelines-api)")
 
 	// Serving again: the last request that failed was sent then, and
@@ -270,6 +326,9 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	e.checkWritten(written)
 	e.checkProxyWritten(ctx, "audit-manager", pgWritten)
 	e.checkPublished(published)
+	// While the node is down, doctor names the database that runs with a
+	// member short, with its fix.
+	e.doctorFinding("database-replication", db, "runs with a member down", doctor.Warning)
 
 	if err := e.cluster.StartNode(ctx, node); err != nil {
 		t.Fatal(err)
@@ -423,8 +482,8 @@ func (e *env) startProxyWrites(ctx context.Context, service, tag string) *proxyW
 }
 
 // stop ends the writes and returns those acknowledged and the figures.
-func (pw *proxyWrites) stop() (map[string]string, trafficResult) {
-	r := pw.traffic.stop("PostgreSQL writes through audit-manager")
+func (pw *proxyWrites) stop(operation string) (map[string]string, trafficResult) {
+	r := pw.traffic.stop(operation)
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	return pw.written, r

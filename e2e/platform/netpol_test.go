@@ -218,3 +218,34 @@ func (e *env) expectDial(from, output string, open, closed []string) {
 	e.t.Logf("NetworkPolicies, from %s: %d allowed flows open, %d other flows refused (%s)", from, len(open), len(closed),
 		strconv.Quote(strings.TrimSpace(output)))
 }
+
+// replicatedNetworkPolicies probes the replicated databases' members, each
+// at its own address: their peers' ports (Patroni's REST API, which can
+// switch the primary over; the Sentinels; Erlang's distribution and epmd)
+// answer only the other members, and their clients' ports only the
+// services that use the database, as with one server. The peers' own
+// flows are proved by the failovers.
+func (e *env) replicatedNetworkPolicies(ctx context.Context) {
+	e.t.Helper()
+	at := func(db string, ports ...int) []string {
+		var addrs []string
+		for _, p := range e.members(ctx, db) {
+			for _, port := range ports {
+				addrs = append(addrs, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(port)))
+			}
+		}
+		return addrs
+	}
+	sql, patroni := at("postgresql", 5432), at("postgresql", 8008)
+	redis, sentinel := at("redis", 6379), at("redis", 26379)
+	amqp, erlang := at("rabbitmq", 5672), at("rabbitmq", 25672, 4369)
+	peers := slices.Concat(patroni, sentinel, erlang)
+	dns := "kube-dns.kube-system.svc:53"
+
+	got := e.probePod(ctx, namespace, e.serviceImage(ctx, "pipelines-api"), slices.Concat([]string{dns}, sql, redis, amqp, peers))
+	e.expectDial("an unlabelled pod, to the members", got, []string{dns}, slices.Concat(sql, redis, amqp, peers))
+	got = e.dialFromService(ctx, "pipelines-api", slices.Concat(redis, amqp, sql, peers)...)
+	e.expectDial("pipelines-api, to the members", got, slices.Concat(redis, amqp), slices.Concat(sql, peers))
+	got = e.dialFromService(ctx, "audit-manager", slices.Concat(sql, peers, redis)...)
+	e.expectDial("audit-manager, to the members", got, sql, slices.Concat(peers, redis))
+}

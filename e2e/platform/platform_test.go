@@ -20,6 +20,7 @@ import (
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/bundle"
+	"onprem.dev/onprem/installer/doctor"
 	"onprem.dev/onprem/installer/gitops/gitopstest"
 	"onprem.dev/onprem/installer/release"
 	"onprem.dev/onprem/installer/render"
@@ -320,7 +321,7 @@ func TestPlatform(t *testing.T) {
 		// install without it puts mid back as it was.
 		cm := e.writeConfig("onprem-never-ready-mid.yaml", mid, neverReady)
 		iout := e.onpremFails("install", "-c", cm, "--bundle", bundles[mid], "--kubeconfig", e.kubeconfig, "--timeout", "3m")
-		f := e.doctorFinding("image-pull", "gitops-api", missingImage)
+		f := e.doctorFinding("image-pull", "gitops-api", missingImage, doctor.Error)
 		if !f.Definitive || !strings.Contains(f.Title, "the registry says it does not exist") {
 			t.Fatalf("doctor's finding: %+v", f)
 		}
@@ -387,7 +388,7 @@ func TestPlatform(t *testing.T) {
 	})
 
 	e.step("a support bundle of the whole platform: no secret in it, analyzed offline", func() {
-		e.supportBundle(ctx, bundles[mid])
+		e.supportBundle(ctx, bundles[mid], true)
 	})
 
 	e.disasterRecovery(ctx, mid, bundles[mid], records)

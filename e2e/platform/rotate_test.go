@@ -47,13 +47,7 @@ const afterRotation = 5 * time.Second
 // are refused.
 func (e *env) rotateEverything(ctx context.Context, paths []string, records map[string]string) {
 	t := e.t
-	readSecret := func(name string) *corev1.Secret {
-		s, err := e.cluster.Client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	readSecret := func(name string) *corev1.Secret { return e.secret(ctx, name) }
 	var key string
 	for k := range records {
 		key = k
@@ -263,49 +257,64 @@ func (e *env) handshake(caPEM []byte) error {
 
 // oldPasswordsRefused checks each Secret's login after a rotation: a new
 // one (a new username too where logins alternate), accepted by its
-// database, and the old one refused.
+// database, and the old one refused, on every member of a replicated
+// database (Redis's password is set on each member; PostgreSQL's and
+// RabbitMQ's logins reach the others through replication and the
+// cluster). The MongoDB Secrets are nil where MongoDB is external.
 func (e *env) oldPasswordsRefused(ctx context.Context, readSecret func(string) *corev1.Secret, oldPG, oldMongo, oldMQ, oldRedis, oldAdmin, oldMongoAdmin *corev1.Secret) {
 	t := e.t
 	// Logins alternate (a new username), MongoDB's admin too; Redis's
 	// password and the PostgreSQL admin's change in place.
 	for _, old := range []*corev1.Secret{oldPG, oldMongo, oldMQ, oldRedis, oldAdmin, oldMongoAdmin} {
+		if old == nil {
+			continue
+		}
 		alternates := old != oldRedis && old != oldAdmin
 		if now := readSecret(old.Name); bytes.Equal(now.Data["password"], old.Data["password"]) ||
 			alternates && bytes.Equal(now.Data["username"], old.Data["username"]) {
 			t.Fatalf("%s holds the same login after the rotation", old.Name)
 		}
 	}
-	if err := e.pgLogin(ctx, readSecret(oldPG.Name)); err != nil {
-		t.Fatalf("PostgreSQL refuses the new login: %v", err)
+	for _, target := range e.dbMembers(ctx, dbdump.PostgreSQL) {
+		if err := e.pgLogin(ctx, target, readSecret(oldPG.Name)); err != nil {
+			t.Fatalf("PostgreSQL (%s) refuses the new login: %v", target.Pod, err)
+		}
+		err := e.pgLogin(ctx, target, oldPG)
+		if err == nil || !strings.Contains(err.Error(), "authentication failed") && !strings.Contains(err.Error(), "not permitted to log in") {
+			t.Fatalf("PostgreSQL (%s) and the old login: %v, want it refused", target.Pod, err)
+		}
+		t.Logf("the old PostgreSQL login (%s): %v", target.Pod, err)
+		if err := e.pgLogin(ctx, target, readSecret(oldAdmin.Name)); err != nil {
+			t.Fatalf("PostgreSQL (%s) refuses the admin's new password: %v", target.Pod, err)
+		}
+		if err := e.pgLogin(ctx, target, oldAdmin); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+			t.Fatalf("PostgreSQL (%s) and the admin's old password: %v, want it refused", target.Pod, err)
+		}
 	}
-	err := e.pgLogin(ctx, oldPG)
-	if err == nil || !strings.Contains(err.Error(), "authentication failed") && !strings.Contains(err.Error(), "not permitted to log in") {
-		t.Fatalf("PostgreSQL and the old login: %v, want it refused", err)
+	for _, target := range e.dbMembers(ctx, dbdump.RabbitMQ) {
+		if err := e.mqLogin(ctx, target, readSecret(oldMQ.Name)); err != nil {
+			t.Fatalf("RabbitMQ (%s) refuses the new login: %v", target.Pod, err)
+		}
+		if err := e.mqLogin(ctx, target, oldMQ); err == nil {
+			t.Fatalf("RabbitMQ (%s) accepts the old login %s", target.Pod, oldMQ.Data["username"])
+		} else {
+			t.Logf("the old RabbitMQ login (%s): %v", target.Pod, err)
+		}
 	}
-	t.Logf("the old PostgreSQL login: %v", err)
-	if err := e.pgLogin(ctx, readSecret(oldAdmin.Name)); err != nil {
-		t.Fatalf("PostgreSQL refuses the admin's new password: %v", err)
-	}
-	if err := e.pgLogin(ctx, oldAdmin); err == nil || !strings.Contains(err.Error(), "authentication failed") {
-		t.Fatalf("PostgreSQL and the admin's old password: %v, want it refused", err)
-	}
-	if err := e.mqLogin(ctx, readSecret(oldMQ.Name)); err != nil {
-		t.Fatalf("RabbitMQ refuses the new login: %v", err)
-	}
-	if err := e.mqLogin(ctx, oldMQ); err == nil {
-		t.Fatalf("RabbitMQ accepts the old login %s", oldMQ.Data["username"])
-	} else {
-		t.Logf("the old RabbitMQ login: %v", err)
-	}
-	if err := e.redisLogin(ctx, readSecret(oldRedis.Name)); err != nil {
-		t.Fatalf("Redis refuses the new password: %v", err)
-	}
-	if err := e.redisLogin(ctx, oldRedis); err == nil {
-		t.Fatal("Redis accepts the old password")
-	} else {
-		t.Logf("the old Redis password: %v", err)
+	for _, target := range e.dbMembers(ctx, dbdump.Redis) {
+		if err := e.redisLogin(ctx, target, readSecret(oldRedis.Name)); err != nil {
+			t.Fatalf("Redis (%s) refuses the new password: %v", target.Pod, err)
+		}
+		if err := e.redisLogin(ctx, target, oldRedis); err == nil {
+			t.Fatalf("Redis (%s) accepts the old password", target.Pod)
+		} else {
+			t.Logf("the old Redis password (%s): %v", target.Pod, err)
+		}
 	}
 	for _, old := range []*corev1.Secret{oldMongo, oldMongoAdmin} {
+		if old == nil {
+			continue
+		}
 		authDB := string(old.Data["database"])
 		if old == oldMongoAdmin {
 			authDB = "admin"
@@ -320,6 +329,17 @@ func (e *env) oldPasswordsRefused(ctx context.Context, readSecret func(string) *
 			t.Logf("the old MongoDB login of %s: %v", old.Name, err)
 		}
 	}
+}
+
+// dbMembers are the running members of a database's StatefulSet (one
+// without high availability).
+func (e *env) dbMembers(ctx context.Context, engine string) []podexec.Target {
+	e.t.Helper()
+	targets, err := dbdump.Members(ctx, e.cluster.Client, namespace, engine)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return targets
 }
 
 // mongoLogin dumps an empty database as user (with password),
@@ -344,13 +364,10 @@ mongodump --host 127.0.0.1 --port 27017 --username "$1" --authenticationDatabase
 	return nil
 }
 
-// redisLogin pings Redis in its pod with the password of its Secret s,
-// read by redis-cli from its environment, set from standard input.
-func (e *env) redisLogin(ctx context.Context, s *corev1.Secret) error {
-	target, err := dbdump.Pod(ctx, e.cluster.Client, namespace, dbdump.Redis)
-	if err != nil {
-		return err
-	}
+// redisLogin pings Redis in its pod target with the password of its
+// Secret s, read by redis-cli from its environment, set from standard
+// input.
+func (e *env) redisLogin(ctx context.Context, target podexec.Target, s *corev1.Secret) error {
 	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
 	cmd := []string{"sh", "-c", `IFS= read -r REDISCLI_AUTH; export REDISCLI_AUTH
 out="$(redis-cli --no-auth-warning ping 2>&1)"; [ "$out" = PONG ] || { echo "$out"; exit 1; }`}
@@ -362,13 +379,9 @@ out="$(redis-cli --no-auth-warning ping 2>&1)"; [ "$out" = PONG ] || { echo "$ou
 }
 
 // mqLogin checks a login (RabbitMQ's Secret) with rabbitmqctl
-// authenticate_user in RabbitMQ's pod; the password travels on its
+// authenticate_user in RabbitMQ's pod target; the password travels on its
 // standard input.
-func (e *env) mqLogin(ctx context.Context, s *corev1.Secret) error {
-	target, err := dbdump.Pod(ctx, e.cluster.Client, namespace, dbdump.RabbitMQ)
-	if err != nil {
-		return err
-	}
+func (e *env) mqLogin(ctx context.Context, target podexec.Target, s *corev1.Secret) error {
 	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
 	cmd := []string{"sh", "-c", `IFS= read -r password; printf '%s\n' "$password" | exec rabbitmqctl --quiet authenticate_user "$1"`,
 		"sh", string(s.Data["username"])}
@@ -379,14 +392,10 @@ func (e *env) mqLogin(ctx context.Context, s *corev1.Secret) error {
 	return nil
 }
 
-// pgLogin logs in to PostgreSQL, in its pod, over TCP (password
+// pgLogin logs in to PostgreSQL, in its pod target, over TCP (password
 // authentication) with the login a service's Secret holds; the password
 // travels on psql's standard input.
-func (e *env) pgLogin(ctx context.Context, s *corev1.Secret) error {
-	target, err := dbdump.Pod(ctx, e.cluster.Client, namespace, dbdump.PostgreSQL)
-	if err != nil {
-		return err
-	}
+func (e *env) pgLogin(ctx context.Context, target podexec.Target, s *corev1.Secret) error {
 	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
 	cmd := []string{"sh", "-c", `IFS= read -r PGPASSWORD; export PGPASSWORD
 exec psql --host=127.0.0.1 --username="$1" --dbname="$2" --no-password --no-psqlrc --tuples-only --command="SELECT 1"`,

@@ -43,6 +43,9 @@ type timing struct {
 	failovers []failover
 	// drain: the high-availability step's upgrade while draining.
 	drain *upgradeDrainFigures
+	// move: how long the services were stopped while install moved the
+	// databases from single servers to their replicated form.
+	move time.Duration
 }
 
 // record takes the install's result and computes the critical path: the
@@ -133,6 +136,9 @@ func (tm *timing) write(t *testing.T) (string, string) {
 		for _, r := range tm.traffic {
 			fmt.Fprintf(&b, "  %s\n", r)
 		}
+	}
+	if tm.move > 0 {
+		fmt.Fprintf(&b, "\nsingle → high by onprem install (PostgreSQL, RabbitMQ, Redis moved): the services stopped %.1f s\n", tm.move.Seconds())
 	}
 	if len(tm.failovers) > 0 {
 		fmt.Fprintf(&b, "\nnode losses with availability high (a node killed under traffic; serving again: every request sent after it succeeded):\n")
