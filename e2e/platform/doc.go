@@ -84,7 +84,8 @@
 //     last operation;
 //  10. on that second cluster (a control plane and three workers, a lost
 //     node NotReady after 16 s), `onprem uninstall` leaves the
-//     PersistentVolumeClaims (the runner and the runtime stay);
+//     PersistentVolumeClaims (the runner and the runtime stay, their pods
+//     scaled to zero: the HA step measures the platform, on two cores);
 //     then high availability (ha_test.go): the volumes deleted, 2.8.0
 //     installed afresh with one server per database (MongoDB external: a
 //     FerretDB on this machine, since the ring has no MongoDB with replica

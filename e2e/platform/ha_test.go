@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,8 @@ import (
 	"onprem.dev/onprem/e2e/testservers"
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/doctor"
+	"onprem.dev/onprem/installer/gitops"
+	"onprem.dev/onprem/installer/runner"
 )
 
 // The high-availability step runs on the disaster-recovery cluster: a
@@ -63,6 +66,7 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	t := e.t
 	records := map[string]string{}
 	e.step("high availability: "+version+" installed afresh with one server per database (MongoDB external), records written", func() {
+		e.idleAttachments(ctx)
 		// The single platform's volumes, which its uninstall kept, go:
 		// this is a new installation.
 		pvcs := e.cluster.Client.CoreV1().PersistentVolumeClaims(namespace)
@@ -189,6 +193,54 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	e.step("high availability: a support bundle after the failovers: no secret in it (the replication and Sentinel ones included), analyzed offline", func() {
 		e.supportBundle(ctx, patchBundle, false)
 	})
+}
+
+// idleAttachments stops the pods of the build runner and the GitOps
+// runtime that the restore brought back on this cluster (their Deployments
+// and StatefulSets scaled to zero; their objects, records and Helm
+// releases stay). What the HA step measures is the platform; the real
+// runtime chart's Argo stack beside it took enough of this machine's two
+// cores, shared by five kind nodes, that Redis Sentinels stalled past
+// their 2 s tilt trigger and a restarted Patroni stopped its loop (CI, not
+// the dev runs without them). Their uninstall is not used: the real
+// chart's pre-delete hook calls the platform's URL, which does not resolve
+// in the ring's cluster.
+func (e *env) idleAttachments(ctx context.Context) {
+	t := e.t
+	var idled []string
+	for _, label := range []string{runner.LabelRunner, gitops.LabelRuntime} {
+		nss, err := e.cluster.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: label})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ns := range nss.Items {
+			deps, err := e.cluster.Client.AppsV1().Deployments(ns.Name).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range deps.Items {
+				if _, err := e.cluster.Client.AppsV1().Deployments(ns.Name).UpdateScale(ctx, d.Name,
+					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: ns.Name}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
+					metav1.UpdateOptions{}); err != nil {
+					t.Fatalf("scaling Deployment %s/%s to zero: %v", ns.Name, d.Name, err)
+				}
+				idled = append(idled, ns.Name+"/"+d.Name)
+			}
+			sts, err := e.cluster.Client.AppsV1().StatefulSets(ns.Name).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range sts.Items {
+				if _, err := e.cluster.Client.AppsV1().StatefulSets(ns.Name).UpdateScale(ctx, s.Name,
+					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: ns.Name}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
+					metav1.UpdateOptions{}); err != nil {
+					t.Fatalf("scaling StatefulSet %s/%s to zero: %v", ns.Name, s.Name, err)
+				}
+				idled = append(idled, ns.Name+"/"+s.Name)
+			}
+		}
+	}
+	t.Logf("high availability: the runner's and the runtime's %d workloads scaled to zero for the step: %v", len(idled), idled)
 }
 
 // members returns the pods of a database's StatefulSet.
