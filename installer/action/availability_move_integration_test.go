@@ -169,16 +169,18 @@ func TestInstallMovesSingleToHigh(t *testing.T) {
 	if len(plan.Moves) != 4 || !strings.Contains(plan.Moves[0], "PostgreSQL from a single server to a replicated Patroni cluster") {
 		t.Fatalf("diff names the moves %q", plan.Moves)
 	}
-	replacedSets := 0
+	replaced := map[string]int{}
 	for _, comp := range plan.Components {
 		for _, o := range comp.Objects {
-			if o.Kind == "StatefulSet" && o.Change == diff.Replaced {
-				replacedSets++
+			if o.Change == diff.Replaced {
+				replaced[o.Kind]++
 			}
 		}
 	}
-	if replacedSets != 4 {
-		t.Errorf("diff shows %d StatefulSets replaced, want the 4 databases'", replacedSets)
+	// What the move deletes and makes again: each database's StatefulSet
+	// and its Service (see replace).
+	if replaced["StatefulSet"] != 4 || replaced["Service"] != 4 || len(replaced) != 2 {
+		t.Errorf("diff shows as replaced %v, want the 4 databases' StatefulSets and Services", replaced)
 	}
 	var lost atomic.Int32
 	install := &Install{Source: high, Cluster: cl, Timeout: 2 * time.Minute, Exec: ex, MoveDir: moveDir,

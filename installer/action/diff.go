@@ -63,7 +63,11 @@ func (d *Diff) Run(ctx context.Context) (*DiffResult, error) {
 	out := &DiffResult{Namespace: res.Namespace, Version: res.Version}
 	for _, c := range changes {
 		out.Moves = append(out.Moves, c.String())
+		// The move deletes the database's StatefulSet, volumes and Service
+		// (whose Endpoints would otherwise outlive the form) and makes
+		// them again.
 		replaced["StatefulSet/"+c.Engine] = true
+		replaced["Service/"+c.Engine] = true
 	}
 	if out.Components, err = liveDiff(ctx, cl, res, replaced); err != nil {
 		return nil, err
