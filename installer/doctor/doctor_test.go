@@ -184,6 +184,33 @@ func TestWorkloadAnalyzersReportTheFaults(t *testing.T) {
 	}
 }
 
+// A component with no ready replica is an error (nothing serves); one
+// that runs short but still has ready replicas (a node lost with
+// availability high) is a warning, so that doctor does not report a
+// serving platform as broken.
+func TestComponentShortIsAWarning(t *testing.T) {
+	two := int32(2)
+	dep := func(name string, ready int32) appsv1.Deployment {
+		return appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem", Labels: map[string]string{"onprem.dev/component": name}},
+			Spec: appsv1.DeploymentSpec{Replicas: &two}, Status: appsv1.DeploymentStatus{ReadyReplicas: ready}}
+	}
+	s := base()
+	s.Namespaces["onprem"].Deployments = []appsv1.Deployment{dep("pipelines-api", 1), dep("gitops-api", 0), dep("audit-manager", 2)}
+	got := map[string]Finding{}
+	for _, f := range only(t, Analyze(s), "component-unavailable") {
+		got[f.Component] = f
+	}
+	if len(got) != 2 {
+		t.Fatalf("findings %+v, want pipelines-api's and gitops-api's", got)
+	}
+	if f := got["pipelines-api"]; f.Severity != Warning || !holds(f, "runs short", "1 of 2 replicas ready", "1/2 ready") || f.Remediation == "" {
+		t.Errorf("pipelines-api (1 of 2 ready): %+v, want a warning that it runs short", f)
+	}
+	if f := got["gitops-api"]; f.Severity != Error || !holds(f, "is not available", "0 of 2 replicas ready") {
+		t.Errorf("gitops-api (0 of 2 ready): %+v, want an error", f)
+	}
+}
+
 // An Ingress without a load-balancer address is a warning only where the
 // configuration expects one: a LoadBalancer controller Service (the
 // default) or the operator's own controller; not with NodePort or

@@ -222,7 +222,7 @@ var volumeFull = Analyzer{
 
 var componentUnavailable = Analyzer{
 	ID:          "component-unavailable",
-	Description: "a Deployment or StatefulSet has fewer ready replicas than it wants",
+	Description: "a Deployment or StatefulSet has fewer ready replicas than it wants (an error when none is ready, a warning while some serve)",
 	Run: func(in *Input) []Finding {
 		var out []Finding
 		for _, ns := range in.S.Meta.Namespaces {
@@ -284,10 +284,20 @@ func unavailable(in *Input, ns, kind, name, comp string, ready, want int32, msg 
 	if len(ev) > 8 {
 		ev = ev[:8]
 	}
+	fix := "the findings about its pods above say why (image-pull, crash-loop, oom-killed, pod-pending); a container that runs but is never ready usually cannot reach a dependency (database-down). 'onprem status' shows it too"
+	if ready > 0 {
+		// Its Service still sends requests to the ready ones (a node lost
+		// with spec.availability high, a roll): a degradation, not an
+		// outage.
+		return Finding{Severity: Warning, Component: comp, Object: object(kind, ns, name),
+			Title:       fmt.Sprintf("component %s runs short: %d of %d replicas ready (it still serves)", comp, ready, want),
+			Evidence:    ev,
+			Remediation: fix + "; a replica on a lost node comes back with the node, or is scheduled elsewhere once the node is drained or deleted"}, true
+	}
 	return Finding{Severity: Error, Component: comp, Object: object(kind, ns, name),
 		Title:       fmt.Sprintf("component %s is not available: %d of %d replicas ready", comp, ready, want),
 		Evidence:    ev,
-		Remediation: "the findings about its pods above say why (image-pull, crash-loop, oom-killed, pod-pending); a container that runs but is never ready usually cannot reach a dependency (database-down). 'onprem status' shows it too"}, true
+		Remediation: fix}, true
 }
 
 func orUnknown(s string) string {
