@@ -246,9 +246,20 @@ func (e *env) idleAttachments(ctx context.Context) {
 // members returns the pods of a database's StatefulSet.
 func (e *env) members(ctx context.Context, db string) []corev1.Pod {
 	e.t.Helper()
-	l, err := e.cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + db})
+	out, err := e.membersOrErr(ctx, db)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	return out
+}
+
+// membersOrErr is members for the pollers that run beside a step (in
+// goroutines, where a failed list must not fail the test: one in flight
+// when the step ends and cancels its context did, in CI).
+func (e *env) membersOrErr(ctx context.Context, db string) ([]corev1.Pod, error) {
+	l, err := e.cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + db})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s's pods: %w", db, err)
 	}
 	var out []corev1.Pod
 	for _, p := range l.Items {
@@ -256,7 +267,7 @@ func (e *env) members(ctx context.Context, db string) []corev1.Pod {
 			out = append(out, p)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // leader returns the member a database's Service sends clients to (for
@@ -288,7 +299,11 @@ func (e *env) leaderOrNone(ctx context.Context, db string) (pod, node string, ad
 	if len(addrs) == 0 {
 		return "", "", nil
 	}
-	for _, p := range e.members(ctx, db) {
+	members, err := e.membersOrErr(ctx, db)
+	if err != nil {
+		return "", "", addrs
+	}
+	for _, p := range members {
 		if p.Status.PodIP == addrs[0] {
 			return p.Name, p.Spec.NodeName, addrs
 		}
