@@ -214,33 +214,43 @@ func (e *env) idleAttachments(ctx context.Context) {
 			t.Fatal(err)
 		}
 		for _, ns := range nss.Items {
-			deps, err := e.cluster.Client.AppsV1().Deployments(ns.Name).List(ctx, metav1.ListOptions{})
+			apps := e.cluster.Client.AppsV1()
+			var deps, sets []string
+			dl, err := apps.Deployments(ns.Name).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, d := range deps.Items {
-				if _, err := e.cluster.Client.AppsV1().Deployments(ns.Name).UpdateScale(ctx, d.Name,
-					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: ns.Name}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
-					metav1.UpdateOptions{}); err != nil {
-					t.Fatalf("scaling Deployment %s/%s to zero: %v", ns.Name, d.Name, err)
-				}
-				idled = append(idled, ns.Name+"/"+d.Name)
+			for _, d := range dl.Items {
+				deps = append(deps, d.Name)
 			}
-			sts, err := e.cluster.Client.AppsV1().StatefulSets(ns.Name).List(ctx, metav1.ListOptions{})
+			sl, err := apps.StatefulSets(ns.Name).List(ctx, metav1.ListOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range sts.Items {
-				if _, err := e.cluster.Client.AppsV1().StatefulSets(ns.Name).UpdateScale(ctx, s.Name,
-					&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: ns.Name}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}},
-					metav1.UpdateOptions{}); err != nil {
-					t.Fatalf("scaling StatefulSet %s/%s to zero: %v", ns.Name, s.Name, err)
+			for _, x := range sl.Items {
+				sets = append(sets, x.Name)
+			}
+			for _, w := range []struct {
+				kind  string
+				names []string
+				api   scaler
+			}{{"Deployment", deps, apps.Deployments(ns.Name)}, {"StatefulSet", sets, apps.StatefulSets(ns.Name)}} {
+				for _, name := range w.names {
+					zero := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name}, Spec: autoscalingv1.ScaleSpec{Replicas: 0}}
+					if _, err := w.api.UpdateScale(ctx, name, zero, metav1.UpdateOptions{}); err != nil {
+						t.Fatalf("scaling %s %s/%s to zero: %v", w.kind, ns.Name, name, err)
+					}
+					idled = append(idled, ns.Name+"/"+name)
 				}
-				idled = append(idled, ns.Name+"/"+s.Name)
 			}
 		}
 	}
 	t.Logf("high availability: the runner's and the runtime's %d workloads scaled to zero for the step: %v", len(idled), idled)
+}
+
+// scaler is what Deployments and StatefulSets share for a scale change.
+type scaler interface {
+	UpdateScale(ctx context.Context, name string, scale *autoscalingv1.Scale, opts metav1.UpdateOptions) (*autoscalingv1.Scale, error)
 }
 
 // members returns the pods of a database's StatefulSet.
