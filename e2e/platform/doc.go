@@ -99,8 +99,10 @@
 //     services, their client ports open only to their clients; `onprem
 //     rotate credentials --all` under traffic (no request fails, each old
 //     password refused and each new one accepted on every member); then
-//     the node of the PostgreSQL primary, and after it is back that of the
-//     Redis master, killed (docker kill) while records are written and
+//     the node of the PostgreSQL primary, after it is back that of the
+//     Redis master, then that of the leader of pipelines-api's quorum
+//     queue (started again only once the other RabbitMQ members saw it
+//     stopped), killed (docker kill) while records are written and
 //     services asked for their databases through the ingress controller
 //     and records written to PostgreSQL through audit-manager: another
 //     member leads, the platform serves again (the time and each cause's

@@ -56,8 +56,9 @@ const haRedisKey = "e2e-moved-to-high"
 // writes records, and moves it to spec.availability high with `onprem
 // install` (every record read back after the move); rotates every
 // credential under traffic; then kills, one at a time and under traffic,
-// the node that holds the PostgreSQL primary and the one that holds the
-// Redis master: each time the platform serves again, every write
+// the node that holds the PostgreSQL primary, the one that holds the
+// Redis master and the one that holds the RabbitMQ queue's leader: each
+// time the platform serves again, every write
 // acknowledged before and during the loss is read back, and the lost
 // member rejoins once its node starts again. Then it upgrades the
 // platform to a patch release while every worker is drained in turn
@@ -178,10 +179,9 @@ func (e *env) highAvailability(ctx context.Context, version, bundle string) {
 	e.step("high availability: the Redis master's node lost under traffic", func() {
 		e.loseNode(ctx, "redis")
 	})
-	// The node of pipelines-api's quorum queue leader is not lost here:
-	// in one run of three the RabbitMQ member restarted on that node hung
-	// at boot (Erlang's global, "global hang workaround") and was not
-	// ready 5 minutes later; see docs/availability.md.
+	e.step("high availability: the node of the RabbitMQ queue's leader lost under traffic", func() {
+		e.loseNode(ctx, "rabbitmq")
+	})
 	var patch, patchBundle string
 	e.step("high availability: the bundle of a patch release of "+version+", which no onprem embeds", func() {
 		patch, patchBundle = e.patchBundle(ctx, version)
@@ -322,8 +322,9 @@ func (e *env) leaderOrNone(ctx context.Context, db string) (pod, node string, ad
 }
 
 // loseNode kills the node that holds db's leading member (PostgreSQL's
-// primary and Redis's master, the one their Service sends clients to)
-// while records are written and read through the ingress
+// primary and Redis's master, the one their Service sends clients to; for
+// RabbitMQ, whose nodes all serve, the leader of pipelines-api's quorum
+// queue) while records are written and read through the ingress
 // controller (MongoDB, through pipelines-api and gitops-api), messages
 // published to RabbitMQ with confirms (pipelines-api) and records written
 // to PostgreSQL (audit-manager, through the API server's service proxy);
@@ -332,7 +333,22 @@ func (e *env) leaderOrNone(ctx context.Context, db string) (pod, node string, ad
 // is back.
 func (e *env) loseNode(ctx context.Context, db string) {
 	t := e.t
-	primary, node := e.leader(ctx, db)
+	// leading is the member leading now ("" during an election), asked of
+	// the members off the lost node.
+	leading := func(lost string) string {
+		if db == "rabbitmq" {
+			q, _ := e.queueOff(ctx, lost)
+			return queueLeaderPod(q.Leader)
+		}
+		p, _, _ := e.leaderOrNone(ctx, db)
+		return p
+	}
+	var primary, node string
+	if db == "rabbitmq" {
+		primary, node = e.queueLeader(ctx)
+	} else {
+		primary, node = e.leader(ctx, db)
+	}
 	t.Logf("%s: %s leads, on node %s", db, primary, node)
 
 	pg := e.startProxyWrites(ctx, "audit-manager", db)
@@ -353,7 +369,7 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	// succeed for 15 s in a row.
 	var newPrimary string
 	waitUntil(t, db+": another member leads after node "+node+" was killed", 3*time.Minute, func() bool {
-		p, _, _ := e.leaderOrNone(ctx, db)
+		p := leading(node)
 		if p != "" && p != primary {
 			newPrimary = p
 			return true
@@ -405,8 +421,15 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	e.checkPublished(published)
 	// While the node is down, doctor names the database that runs with a
 	// member short, with its fix.
-	e.doctorFinding("database-replication", db, "runs with a member down", doctor.Warning)
+	short := "runs with a member down"
+	if db == "rabbitmq" {
+		short = "runs with a node down"
+	}
+	e.doctorFinding("database-replication", db, short, doctor.Warning)
 
+	if db == "rabbitmq" {
+		e.waitRabbitMQSawLoss(ctx, node)
+	}
 	if err := e.cluster.StartNode(ctx, node); err != nil {
 		t.Fatal(err)
 	}

@@ -45,9 +45,15 @@ func queueLeaderPod(leader string) string {
 // queue asks a ready RabbitMQ member for haQueue's quorum status; ok is
 // false while no member answers or the queue is not a quorum queue there.
 func (e *env) queue(ctx context.Context) (q queueInfo, ok bool) {
+	return e.queueOff(ctx, "")
+}
+
+// queueOff is queue asked only of members off node skipNode (a lost
+// node's pods stay ready until the node is NotReady).
+func (e *env) queueOff(ctx context.Context, skipNode string) (q queueInfo, ok bool) {
 	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
 	for _, p := range e.members(ctx, "rabbitmq") {
-		if !podReady(&p) {
+		if !podReady(&p) || p.Spec.NodeName == skipNode {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -74,6 +80,64 @@ func (e *env) queue(ctx context.Context) (q queueInfo, ok bool) {
 		return q, true
 	}
 	return queueInfo{}, false
+}
+
+// queueLeader is the pod and node of the member leading haQueue.
+func (e *env) queueLeader(ctx context.Context) (pod, node string) {
+	e.t.Helper()
+	q, ok := e.queue(ctx)
+	pod = queueLeaderPod(q.Leader)
+	for _, p := range e.members(ctx, "rabbitmq") {
+		if ok && p.Name == pod {
+			return pod, p.Spec.NodeName
+		}
+	}
+	e.t.Fatalf("queue %s: no leader among RabbitMQ's members (listed: %v, %+v)", haQueue, ok, q)
+	return "", ""
+}
+
+// waitRabbitMQSawLoss waits until every RabbitMQ member off the lost node
+// no longer counts the lost member among its running nodes (Erlang's
+// distribution notices a peer gone after its tick, 45 to 75 s by
+// default). The ring's RabbitMQ is Debian's 3.10.8 on OTP 25: a member
+// that boots again while a peer still holds its old connection can hang
+// for good in Erlang's global (rabbitmq-server#6034, fixed in 3.10.10 and
+// 3.11.1; the release's 3.13 has the fix); it did in one run of three
+// when the node was started sooner.
+func (e *env) waitRabbitMQSawLoss(ctx context.Context, lostNode string) {
+	ex := podexec.Kube{Config: e.cluster.RESTConfig, Client: e.cluster.Client}
+	var lost string
+	for _, p := range e.members(ctx, "rabbitmq") {
+		if p.Spec.NodeName == lostNode {
+			lost = p.Name
+		}
+	}
+	if lost == "" {
+		return
+	}
+	start := time.Now()
+	waitUntil(e.t, "the RabbitMQ members off node "+lostNode+" to see "+lost+" stopped", 3*time.Minute, func() bool {
+		asked := 0
+		for _, p := range e.members(ctx, "rabbitmq") {
+			if p.Spec.NodeName == lostNode {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			var out bytes.Buffer
+			err := ex.Exec(cctx, podexec.Target{Namespace: namespace, Pod: p.Name, Container: "rabbitmq"},
+				[]string{"rabbitmqctl", "--quiet", "eval", "[atom_to_list(N) || N <- nodes()]."}, nil, &out)
+			cancel()
+			if err != nil {
+				return false
+			}
+			if strings.Contains(out.String(), "@"+lost+".") {
+				return false
+			}
+			asked++
+		}
+		return asked > 0
+	})
+	e.t.Logf("rabbitmq: the members off node %s saw %s stopped %.1f s after the wait began", lostNode, lost, time.Since(start).Seconds())
 }
 
 // checkQuorumQueue publishes a first message through the ingress
