@@ -119,9 +119,22 @@ const kubeadmPatchesPath = "/kind/onprem-patches"
 // them. A request only reserves: what the pods use is unchanged.
 const ControlPlaneCPURequest = "10m"
 
+// DNSNodeSelector is the node label that places the cluster's DNS
+// (CoreDNS's two replicas) on the control-plane node, which the e2e never
+// loses. kubeadm's CoreDNS only prefers two nodes, and its pods are placed
+// on whichever nodes are ready first while the cluster starts: in one CI
+// run both landed on a worker that a node-loss step then killed, and
+// every name lookup in the cluster timed out for minutes. The cluster's
+// DNS is the cluster's to keep available, not the platform's (preflight
+// warns when it all runs on one of the platform's nodes,
+// docs/availability.md); the ring keeps it where a node loss does not
+// reach it, so that each loss measures the platform.
+const DNSNodeSelector = "node-role.kubernetes.io/control-plane"
+
 // writeKubeadmPatches writes, in dir, kubeadm's strategic-merge patches
 // of the control plane's static pods and of CoreDNS: their CPU request
-// lowered to ControlPlaneCPURequest.
+// lowered to ControlPlaneCPURequest, CoreDNS kept on the control-plane
+// node (DNSNodeSelector).
 //
 // A nodeGrace above zero adds the controller manager's
 // --node-monitor-grace-period (a JSON patch, which appends to the
@@ -133,8 +146,9 @@ func writeKubeadmPatches(dir string, nodeGrace time.Duration) error {
 	cpu := "    resources:\n      requests:\n        cpu: " + ControlPlaneCPURequest + "\n"
 	patches := map[string]string{
 		// CoreDNS's two replicas (kubeadm's addon, patched as
-		// corednsdeployment).
-		"corednsdeployment": "spec:\n  template:\n    spec:\n      containers:\n      - name: coredns\n" + indent(cpu, "    "),
+		// corednsdeployment), kept on the control-plane node
+		// (DNSNodeSelector).
+		"corednsdeployment": "spec:\n  template:\n    spec:\n      nodeSelector:\n        " + DNSNodeSelector + ": \"\"\n      containers:\n      - name: coredns\n" + indent(cpu, "    "),
 	}
 	for _, target := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		patches[target] = "spec:\n  containers:\n  - name: " + target + "\n" + cpu

@@ -148,7 +148,8 @@ func podLogs(ctx context.Context, cs kubernetes.Interface, ns, name string) stri
 // nodes); a NetworkPolicy is enforced (kube-router); a claim of the
 // default StorageClass binds, and what one pod writes to it another reads
 // back; the released volume is cleaned up; the control plane's static pods
-// and CoreDNS request ControlPlaneCPURequest of CPU.
+// and CoreDNS request ControlPlaneCPURequest of CPU, and CoreDNS runs on
+// the control-plane node.
 func TestKindCluster(t *testing.T) {
 	skipUnlessKind(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -195,6 +196,20 @@ func TestKindCluster(t *testing.T) {
 	}
 	if got := dns.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String(); got != ControlPlaneCPURequest {
 		t.Errorf("CoreDNS requests %s of CPU, want %s", got, ControlPlaneCPURequest)
+	}
+	// CoreDNS runs on the control-plane node, which no node-loss step
+	// kills.
+	dnsPods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dnsPods.Items) == 0 {
+		t.Error("no CoreDNS pod (k8s-app=kube-dns) in kube-system")
+	}
+	for _, p := range dnsPods.Items {
+		if p.Spec.NodeName != controlPlane {
+			t.Errorf("CoreDNS pod %s runs on node %q, want %s", p.Name, p.Spec.NodeName, controlPlane)
+		}
 	}
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		p, err := cs.CoreV1().Pods("kube-system").Get(ctx, name+"-"+controlPlane, metav1.GetOptions{})
