@@ -42,7 +42,7 @@ var nodeLocalProvisioners = []string{
 func availabilityCheck() Check {
 	return Check{
 		ID:       availabilityID,
-		Title:    "with spec.availability high: three schedulable nodes or more (a warning when all are in one zone), and volumes that can be placed on each member's node; and spec.availability as installed, except for install, which moves the databases between single and high",
+		Title:    "with spec.availability high: three schedulable nodes or more (a warning when all are in one zone, or when the cluster's DNS runs on one of them alone), and volumes that can be placed on each member's node; and spec.availability as installed, except for install, which moves the databases between single and high",
 		Severity: Blocking,
 		Run:      runAvailability,
 	}
@@ -140,6 +140,12 @@ func highAvailability(ctx context.Context, env *Env) Outcome {
 		return out
 	}
 
+	return withDNS(spreadOverZones(usable), clusterDNS(ctx, cs, usable))
+}
+
+// spreadOverZones passes when the platform's nodes are in two zones or
+// more, and warns that a zone's loss is not survived otherwise.
+func spreadOverZones(usable []*corev1.Node) Outcome {
 	zones := map[string][]string{}
 	for _, n := range usable {
 		zones[n.Labels[ZoneLabel]] = append(zones[n.Labels[ZoneLabel]], n.Name)
@@ -161,6 +167,77 @@ func highAvailability(ctx context.Context, env *Env) Outcome {
 	}
 	sort.Strings(names)
 	return Passed("%d schedulable nodes in %d zones: %s", len(usable), len(zones), strings.Join(names, ", "))
+}
+
+// DNSNamespace and DNSSelector find the cluster's DNS pods: CoreDNS as
+// kubeadm, k3s, RKE2 and the managed services install it, and kube-dns
+// before it, carry this label.
+const (
+	DNSNamespace = "kube-system"
+	DNSSelector  = "k8s-app=kube-dns"
+)
+
+// clusterDNS returns a warning when every ready pod of the cluster's DNS
+// runs on one node that the platform runs on too: losing that node stops
+// every name lookup in the cluster (a member's peers, a service's new
+// connection to the new primary) until Kubernetes evicts and places the
+// DNS pods again, five minutes by default, far beyond a failover's
+// seconds. The cluster's DNS is the cluster's, so this is a warning with
+// its fix, not a refusal. It returns a zero Outcome when there is nothing
+// to say, and a passed one that says why it could not look.
+func clusterDNS(ctx context.Context, cs kubernetes.Interface, usable []*corev1.Node) Outcome {
+	pods, err := cs.CoreV1().Pods(DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: DNSSelector})
+	if err != nil {
+		return Passed("the cluster's DNS pods (%s in %s) could not be listed, so their spread is not checked: %v", DNSSelector, DNSNamespace, err)
+	}
+	platform := map[string]bool{}
+	for _, n := range usable {
+		platform[n.Name] = true
+	}
+	nodes := map[string]bool{}
+	ready := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || !podIsReady(p) {
+			continue
+		}
+		ready++
+		nodes[p.Spec.NodeName] = true
+	}
+	if len(nodes) != 1 {
+		// None found (another DNS, or none ready: the cluster check
+		// names a cluster whose lookups fail), or spread over nodes.
+		return Outcome{}
+	}
+	var node string
+	for n := range nodes {
+		node = n
+	}
+	if !platform[node] {
+		// On a node the platform does not run on (a control-plane
+		// node): losing one of the platform's nodes leaves it.
+		return Outcome{}
+	}
+	return Outcome{Result: Warn,
+		Message: fmt.Sprintf("the cluster's DNS (%s in %s) runs on node %s alone (%d ready pod(s)), which runs the platform too: losing that node stops every name lookup in the cluster, and with them the databases' failover, until Kubernetes places DNS again (about 5 minutes)",
+			DNSSelector, DNSNamespace, node, ready),
+		Remediation: "spread the cluster's DNS over nodes: 2 replicas or more with a required pod anti-affinity on kubernetes.io/hostname (docs/availability.md, \"The cluster's DNS\", gives the kubectl patch)"}
+}
+
+// withDNS adds the DNS warning, when there is one, to the zones' outcome.
+func withDNS(zones, dns Outcome) Outcome {
+	switch {
+	case dns.Result != Warn:
+		if dns.Message != "" {
+			zones.Message += "; " + dns.Message
+		}
+		return zones
+	case zones.Result == Warn:
+		zones.Message += "; " + dns.Message
+		zones.Remediation += "; " + dns.Remediation
+		return zones
+	}
+	return dns
 }
 
 // replicatedDatabase is a database that spec.availability high runs as a
@@ -327,4 +404,14 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+// podIsReady says whether the pod's Ready condition is true.
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

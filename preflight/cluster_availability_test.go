@@ -85,6 +85,26 @@ func poolNode(name string, cordoned bool) *corev1.Node {
 	return n
 }
 
+// dnsPod is a pod of the cluster's DNS on node, ready or not.
+func dnsPod(name, node string, ready bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DNSNamespace, Labels: map[string]string{"k8s-app": "kube-dns"}}}
+	p.Spec.NodeName = node
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	return p
+}
+
+// controlPlaneNode is a ready node that the platform's pods do not
+// tolerate.
+func controlPlaneNode(name string) *corev1.Node {
+	n := haNode(name, "a", true, false)
+	n.Spec.Taints = []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}
+	return n
+}
+
 // The availability check on a fake cluster: node counts, placement, zones
 // and storage, each failure with its fix.
 func TestAvailabilityCheck(t *testing.T) {
@@ -174,6 +194,24 @@ func TestAvailabilityCheck(t *testing.T) {
 			[]string{"needs 3 schedulable nodes", "can run on 2"}, true},
 		{"install moving to high in one zone", high, append(zoned(3, "a"), network, pgSet(false)), Warn,
 			[]string{"install will move PostgreSQL from a single server", "; the 3 schedulable nodes are in zone a", "finishes; for zone failures"}, true},
+		// The cluster's DNS: all on one of the platform's nodes is a
+		// warning with its fix; spread, or on a node the platform does
+		// not use, says nothing.
+		{"high with the cluster's DNS on one platform node", high,
+			append(zoned(3, "a", "b", "c"), network, dnsPod("coredns-1", "n0", true), dnsPod("coredns-2", "n0", true)), Warn,
+			[]string{"the cluster's DNS (k8s-app=kube-dns in kube-system) runs on node n0 alone (2 ready pod(s))", "stops every name lookup", "required pod anti-affinity on kubernetes.io/hostname", "The cluster's DNS"}, false},
+		{"high with one ready DNS pod of two", high,
+			append(zoned(3, "a", "b", "c"), network, dnsPod("coredns-1", "n1", true), dnsPod("coredns-2", "n2", false)), Warn,
+			[]string{"runs on node n1 alone (1 ready pod(s))"}, false},
+		{"high with the cluster's DNS spread", high,
+			append(zoned(3, "a", "b", "c"), network, dnsPod("coredns-1", "n0", true), dnsPod("coredns-2", "n1", true)), Pass,
+			[]string{"3 schedulable nodes in 3 zones"}, false},
+		{"high with the cluster's DNS on the control plane", high,
+			append(zoned(3, "a", "b", "c"), network, controlPlaneNode("cp"), dnsPod("coredns-1", "cp", true), dnsPod("coredns-2", "cp", true)), Pass,
+			[]string{"3 schedulable nodes in 3 zones"}, false},
+		{"high in one zone with the cluster's DNS on one node", high,
+			append(zoned(3, "a"), network, dnsPod("coredns-1", "n2", true)), Warn,
+			[]string{"nodes are in zone a", "; the cluster's DNS (k8s-app=kube-dns in kube-system) runs on node n2 alone", "otherwise nothing to do; spread the cluster's DNS"}, false},
 		{"high on a configured node-local class bound at once", high + "  storage:\n    className: local\n",
 			append(zoned(3, "a", "b", "c"), network, haClass("local", "kubernetes.io/no-provisioner", storagev1.VolumeBindingImmediate, false)), Fail,
 			[]string{"StorageClass local", "spec.storage.className"}, false},
