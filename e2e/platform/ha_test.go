@@ -24,6 +24,7 @@ import (
 	"onprem.dev/onprem/installer/doctor"
 	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/runner"
+	"onprem.dev/onprem/preflight"
 )
 
 // The high-availability step runs on the disaster-recovery cluster: a
@@ -349,7 +350,7 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	} else {
 		primary, node = e.leader(ctx, db)
 	}
-	t.Logf("%s: %s leads, on node %s", db, primary, node)
+	t.Logf("%s: %s leads, on node %s; the cluster's DNS on %s", db, primary, node, e.clusterDNSNodes(ctx))
 
 	pg := e.startProxyWrites(ctx, "audit-manager", db)
 	pub := e.startPublishing(db)
@@ -438,6 +439,22 @@ func (e *env) loseNode(ctx context.Context, db string) {
 	// short, and the next master's loss would wait for it.
 	e.waitPodsReady(ctx, "after node "+node+" started")
 	t.Logf("%s: every pod ready again after node %s started, %s still leads", db, node, newPrimary)
+}
+
+// clusterDNSNodes names where the cluster's DNS pods run: the kind
+// cluster keeps them on the control-plane node (kindcluster.
+// DNSNodeSelector), which no step kills; a loss log that says otherwise
+// explains lookups that time out.
+func (e *env) clusterDNSNodes(ctx context.Context) string {
+	pods, err := e.cluster.Client.CoreV1().Pods(preflight.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: preflight.DNSSelector})
+	if err != nil {
+		return "(not listed: " + err.Error() + ")"
+	}
+	var where []string
+	for _, p := range pods.Items {
+		where = append(where, p.Name+" "+p.Spec.NodeName)
+	}
+	return strings.Join(where, ", ")
 }
 
 // watchLostNode follows a killed node until the returned function is
