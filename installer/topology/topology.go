@@ -356,3 +356,18 @@ func podReady(p *corev1.Pod) bool {
 	}
 	return false
 }
+
+// IsPrimary says whether pod is the member that serves writes of a
+// replicated PostgreSQL (Patroni's role label: master or primary) or Redis
+// (its keeper's role label: master), as its labels say. A pod of neither,
+// or whose role is not published, is not.
+func IsPrimary(p *corev1.Pod) bool {
+	switch {
+	case p.Labels[ClusterLabel] != "":
+		r := p.Labels[RoleLabel]
+		return r == "master" || r == "primary"
+	case p.Labels[RedisClusterLabel] != "":
+		return p.Labels[RedisRoleLabel] == "master"
+	}
+	return false
+}
