@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
 	"onprem.dev/onprem/e2e/testservers"
 )
 
@@ -135,5 +137,27 @@ func (p *patroniStandIn) wantTerminated(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Error("switchover.py did not send Patroni SIGTERM: it would stop only when the kubelet's stop signal or the kill came")
+	}
+}
+
+// The replicated PostgreSQL and Redis are rolled by onprem, replicas
+// first and the primary last (installer/roll): their StatefulSets'
+// update strategy is OnDelete. The single servers, and RabbitMQ, whose
+// nodes are equals, roll themselves.
+func TestReplicatedPrimariesRollLast(t *testing.T) {
+	for _, tc := range []struct {
+		chart, values string
+		want          appsv1.StatefulSetUpdateStrategyType
+	}{
+		{"postgresql", "global: {availability: high}\nimages: {postgresqlHA: registry.example.com/postgresql-ha:1}\nha: {replicationSecret: onprem-postgresql-replication}", appsv1.OnDeleteStatefulSetStrategyType},
+		{"redis", "global: {availability: high}\nimages: {redisHA: registry.example.com/redis-ha:1}", appsv1.OnDeleteStatefulSetStrategyType},
+		{"postgresql", "", appsv1.RollingUpdateStatefulSetStrategyType},
+		{"redis", "", appsv1.RollingUpdateStatefulSetStrategyType},
+		{"rabbitmq", "global: {availability: high}", appsv1.RollingUpdateStatefulSetStrategyType},
+	} {
+		sts := infraStatefulSet(t, infraMustRender(t, tc.chart, valuesOf(t, tc.values)))
+		if got := sts.Spec.UpdateStrategy.Type; got != tc.want {
+			t.Errorf("%s with %q: update strategy %s, want %s", tc.chart, tc.values, got, tc.want)
+		}
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"onprem.dev/onprem/installer/diff"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/roll"
 )
 
 func init() {
@@ -406,6 +407,17 @@ func Digest(c *render.Component, manifest string) string {
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
+// statefulSets names the StatefulSets among objs.
+func statefulSets(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		if o.GetKind() == "StatefulSet" && o.GetAPIVersion() == "apps/v1" {
+			out = append(out, o.GetName())
+		}
+	}
+	return out
+}
+
 func isNamespace(o *unstructured.Unstructured) bool {
 	return o.GetKind() == "Namespace" && o.GetAPIVersion() == "v1"
 }
@@ -524,6 +536,15 @@ func applyOne(ctx context.Context, o Options, ob *observer, others context.Conte
 		}()
 	}
 	rev, err := o.Releases.Apply(ctx, req)
+	if err == nil && !o.DryRun && o.Client != nil {
+		// Helm's wait counts a StatefulSet that onprem rolls itself
+		// (OnDelete: the replicated databases) ready at once: roll it,
+		// replicas first, and wait for it here, in the watcher's window.
+		err = roll.StatefulSets(wctx, roll.Options{Client: o.Client, Namespace: o.Result.Namespace,
+			Progress: func(line string) {
+				o.Reporter.Report(Event{Component: c.Name, Phase: PhaseWaiting, Waiting: line, Since: time.Now(), Elapsed: time.Since(start)})
+			}}, statefulSets(c.Objects))
+	}
 	// The watcher ends before the component's last event is reported; a
 	// fault it stopped the wait on stays the cause.
 	stop(errWaitOver)

@@ -17,9 +17,12 @@ import (
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/charts"
+	"onprem.dev/onprem/installer/diff"
 	"onprem.dev/onprem/installer/render"
+	"onprem.dev/onprem/installer/roll"
 	"onprem.dev/onprem/installer/version"
 )
 
@@ -393,6 +396,13 @@ func (h *HelmReleases) Rollback(ctx context.Context, name string, revision int, 
 	if err := rb.Run(name); err != nil {
 		return 0, fmt.Errorf("rolling %s back to revision %d: %w", name, revision, err)
 	}
+	// Helm's wait counts an OnDelete StatefulSet ready at once: its pods
+	// are rolled back here, replicas first.
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := h.roll(rctx, name); err != nil {
+		return 0, fmt.Errorf("rolling %s back to revision %d: %w", name, revision, err)
+	}
 	last, err := h.Last(ctx, name)
 	if err != nil {
 		return 0, err
@@ -432,7 +442,38 @@ func (h *HelmReleases) Ready(ctx context.Context, name string, timeout time.Dura
 	if err := w.Wait(objs, timeout); err != nil {
 		return fmt.Errorf("waiting for %s to be ready: %w", name, err)
 	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := h.roll(rctx, name); err != nil {
+		return fmt.Errorf("waiting for %s to be ready: %w", name, err)
+	}
 	return nil
+}
+
+// roll rolls out the OnDelete StatefulSets of name's last release
+// (installer/roll), and waits for them.
+func (h *HelmReleases) roll(ctx context.Context, name string) error {
+	manifest, err := h.Manifest(ctx, name)
+	if err != nil || manifest == "" {
+		return err
+	}
+	objs, err := diff.Objects(manifest)
+	if err != nil {
+		return fmt.Errorf("reading %s's objects: %w", name, err)
+	}
+	sets := statefulSets(objs)
+	if len(sets) == 0 {
+		return nil
+	}
+	rc, err := h.getter.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	return roll.StatefulSets(ctx, roll.Options{Client: cs, Namespace: h.namespace}, sets)
 }
 
 // Retire removes a component that its release dropped: its objects go,

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"onprem.dev/onprem/installer/dbdump"
+	"onprem.dev/onprem/installer/roll"
 )
 
 // fieldManager owns the annotation a rotation puts on pod templates, so
@@ -164,6 +165,16 @@ func restartFor(ctx context.Context, c kubernetes.Interface, ns string, names, s
 // and ready, and its replaced pods are gone: one still terminating may be
 // finishing a request with the old login.
 func waitRolledOut(ctx context.Context, c kubernetes.Interface, ns string, w workload, timeout time.Duration) error {
+	if w.kind == "StatefulSet" {
+		// A StatefulSet that onprem rolls itself (OnDelete: a replicated
+		// database) is rolled here, replicas first.
+		s, err := c.AppsV1().StatefulSets(ns).Get(ctx, w.name, metav1.GetOptions{})
+		if err == nil && s.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return roll.StatefulSet(rctx, roll.Options{Client: c, Namespace: ns}, w.name)
+		}
+	}
 	var why string
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
