@@ -198,7 +198,7 @@ func clusterDNS(ctx context.Context, cs kubernetes.Interface, usable []*corev1.N
 	ready := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || !podIsReady(p) {
+		if p.DeletionTimestamp != nil || p.Spec.NodeName == "" || !topology.PodReady(p) {
 			continue
 		}
 		ready++
@@ -404,14 +404,4 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
-}
-
-// podIsReady says whether the pod's Ready condition is true.
-func podIsReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

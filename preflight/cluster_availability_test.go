@@ -89,6 +89,7 @@ func poolNode(name string, cordoned bool) *corev1.Node {
 func dnsPod(name, node string, ready bool) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DNSNamespace, Labels: map[string]string{"k8s-app": "kube-dns"}}}
 	p.Spec.NodeName = node
+	p.Status.Phase = corev1.PodRunning
 	st := corev1.ConditionFalse
 	if ready {
 		st = corev1.ConditionTrue

@@ -357,7 +357,7 @@ func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) 
 		// A replicated database is dumped and restored on its primary:
 		// the only member that takes writes, and the newest data.
 		for _, p := range pods {
-			if p.DeletionTimestamp == nil && ready(&p) && primary(&p) {
+			if topology.PodReady(&p) && topology.IsPrimary(&p) {
 				return podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container}, nil
 			}
 		}
@@ -365,7 +365,7 @@ func Pod(ctx context.Context, c kubernetes.Interface, namespace, engine string) 
 			Reason: "none of its " + fmt.Sprint(len(pods)) + " members is a ready primary (a failover under way?)"}
 	}
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil && ready(&p) {
+		if topology.PodReady(&p) {
 			return podexec.Target{Namespace: namespace, Pod: p.Name, Container: e.Container}, nil
 		}
 	}
@@ -426,27 +426,6 @@ func replicated(pods []corev1.Pod) bool {
 	for _, p := range pods {
 		if p.Labels[topology.ClusterLabel] != "" || p.Labels[topology.RedisClusterLabel] != "" {
 			return true
-		}
-	}
-	return false
-}
-
-// primary reports whether a member says it is its database's primary.
-func primary(p *corev1.Pod) bool {
-	r := p.Labels[topology.RoleLabel]
-	if p.Labels[topology.RedisClusterLabel] != "" {
-		r = p.Labels[topology.RedisRoleLabel]
-	}
-	return r == "master" || r == "primary"
-}
-
-func ready(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false

@@ -116,8 +116,8 @@ func TestRollOnAPIServer(t *testing.T) {
 		t.Fatalf("revision %s (was %s), %d pods", s.Status.UpdateRevision, old, len(pods.Items))
 	}
 	for _, p := range pods.Items {
-		if p.Labels[appsv1.ControllerRevisionHashLabelKey] != s.Status.UpdateRevision || !ready(&p) || p.Spec.Containers[0].Image != "registry.example.com/postgresql-ha:2" {
-			t.Errorf("pod %s: revision %s, ready %v, image %s", p.Name, p.Labels[appsv1.ControllerRevisionHashLabelKey], ready(&p), p.Spec.Containers[0].Image)
+		if p.Labels[appsv1.ControllerRevisionHashLabelKey] != s.Status.UpdateRevision || !topology.PodReady(&p) || p.Spec.Containers[0].Image != "registry.example.com/postgresql-ha:2" {
+			t.Errorf("pod %s: revision %s, ready %v, image %s", p.Name, p.Labels[appsv1.ControllerRevisionHashLabelKey], topology.PodReady(&p), p.Spec.Containers[0].Image)
 		}
 	}
 }

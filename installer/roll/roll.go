@@ -108,7 +108,7 @@ func Pending(s *appsv1.StatefulSet, pods []corev1.Pod, isPrimary func(*corev1.Po
 		return fmt.Sprintf("%d of %d pods exist", len(live), want), nil
 	}
 	for _, p := range live {
-		if !ready(p) {
+		if !topology.PodReady(p) {
 			return "pod " + p.Name + " is not ready", nil
 		}
 		if p.Labels[appsv1.ControllerRevisionHashLabelKey] != rev {
@@ -247,18 +247,6 @@ func ownedBy(p *corev1.Pod, s *appsv1.StatefulSet) bool {
 	for _, ref := range p.OwnerReferences {
 		if ref.Controller != nil && *ref.Controller && ref.Kind == "StatefulSet" && ref.Name == s.Name {
 			return true
-		}
-	}
-	return false
-}
-
-func ready(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false

@@ -175,7 +175,7 @@ func (p MongoDBProbe) Ask(ctx context.Context, namespace string, pods []corev1.P
 		}
 	}
 	slices.SortStableFunc(running, func(a, b *corev1.Pod) int {
-		ra, rb := podReady(a), podReady(b)
+		ra, rb := PodReady(a), PodReady(b)
 		switch {
 		case ra && !rb:
 			return -1

@@ -85,7 +85,7 @@ func clusterPods(sts *appsv1.StatefulSet, pods []corev1.Pod, label, name string)
 // memberOf is pod p as a member in role: "running" when ready, else "not
 // ready" or its phase.
 func memberOf(p *corev1.Pod, role string) Member {
-	m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: role, Ready: podReady(p), State: "running"}
+	m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: role, Ready: PodReady(p), State: "running"}
 	if !m.Ready {
 		m.State = "not ready"
 		if p.Status.Phase != corev1.PodRunning {

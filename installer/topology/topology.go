@@ -314,7 +314,7 @@ func FromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []corev1.
 	}
 	for i := range members {
 		p, st := &members[i], statuses[i]
-		m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: RoleUnknown, Ready: podReady(p), State: st.State, Timeline: st.Timeline}
+		m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: RoleUnknown, Ready: PodReady(p), State: st.State, Timeline: st.Timeline}
 		switch p.Labels[RoleLabel] {
 		case "master", "primary":
 			m.Role = RolePrimary
@@ -345,7 +345,8 @@ func FromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []corev1.
 
 func ptr[T any](v T) *T { return &v }
 
-func podReady(p *corev1.Pod) bool {
+// PodReady says whether p runs, is not being deleted, and is ready.
+func PodReady(p *corev1.Pod) bool {
 	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
 		return false
 	}
