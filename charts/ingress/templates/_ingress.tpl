@@ -20,6 +20,6 @@ dynamic.yaml: |
     middlewares:
       retry-refused:
         retry:
-          attempts: 3
-          initialInterval: 100ms
+          attempts: 4
+          initialInterval: 200ms
 {{- end -}}
