@@ -798,17 +798,51 @@ func troubled(p *corev1.Pod) bool {
 	return false
 }
 
+// lostNodes names the nodes whose Ready condition is False or Unknown,
+// with how ("not Ready", "unreachable"): their kubelets do not answer, and
+// the API server, which reads a pod's log from its node's kubelet, waits
+// for them. A node that cannot be listed, or carries no Ready condition,
+// is not counted lost.
+func lostNodes(ctx context.Context, c kubernetes.Interface) map[string]string {
+	lost := map[string]string{}
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return lost
+	}
+	for _, n := range nodes.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type != corev1.NodeReady {
+				continue
+			}
+			switch cond.Status {
+			case corev1.ConditionFalse:
+				lost[n.Name] = "not Ready"
+			case corev1.ConditionUnknown:
+				lost[n.Name] = "unreachable (Ready Unknown)"
+			}
+		}
+	}
+	return lost
+}
+
 func collectLogs(ctx context.Context, c *collection) (int, []string) {
 	type want struct {
 		ns, pod, container string
 		previous           bool
+		// down says why the log is not asked for: its node is lost.
+		down string
 	}
 	var wants []want
+	lost := lostNodes(ctx, c.client)
 	for _, ns := range c.s.Meta.Namespaces {
 		for i := range c.s.Objects(ns).Pods {
 			p := &c.s.Objects(ns).Pods[i]
 			if c.o.TroubledLogsOnly && !troubled(p) {
 				continue
+			}
+			down := ""
+			if why, ok := lost[p.Spec.NodeName]; ok {
+				down = "its node " + p.Spec.NodeName + " is " + why + ": the kubelet there does not answer"
 			}
 			statuses := map[string]corev1.ContainerStatus{}
 			for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
@@ -821,10 +855,10 @@ func collectLogs(ctx context.Context, c *collection) (int, []string) {
 					continue
 				}
 				if cs.State.Running != nil || cs.State.Terminated != nil {
-					wants = append(wants, want{ns, p.Name, ct.Name, false})
+					wants = append(wants, want{ns, p.Name, ct.Name, false, down})
 				}
 				if cs.RestartCount > 0 || cs.LastTerminationState.Terminated != nil {
-					wants = append(wants, want{ns, p.Name, ct.Name, true})
+					wants = append(wants, want{ns, p.Name, ct.Name, true, down})
 				}
 			}
 		}
@@ -840,6 +874,13 @@ func collectLogs(ctx context.Context, c *collection) (int, []string) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			l := Log{Namespace: w.ns, Pod: w.pod, Container: w.container, Previous: w.previous}
+			if w.down != "" {
+				// The API server would wait for the lost node's kubelet
+				// (tens of seconds, doctor's whole run with a node down).
+				l.Error = w.down
+				out[i] = l
+				return
+			}
 			lines, limit := c.o.Logs.Lines, c.o.Logs.Bytes
 			body, err := c.client.CoreV1().Pods(w.ns).GetLogs(w.pod, &corev1.PodLogOptions{Container: w.container, Previous: w.previous,
 				TailLines: &lines, SinceSeconds: &since, LimitBytes: &limit}).DoRaw(ctx)

@@ -342,6 +342,55 @@ func TestCollectTroubledLogsOnlyAndNoLogs(t *testing.T) {
 	}
 }
 
+// A pod on a lost node (Ready Unknown or False) has its logs listed as
+// not read, saying why, and never asked for: the API server would wait for
+// that node's kubelet. Pods on the other nodes are read as before.
+func TestCollectSkipsLogsOnLostNodes(t *testing.T) {
+	c := cluster(t)
+	for name, st := range map[string]corev1.ConditionStatus{"node-3": corev1.ConditionUnknown, "node-4": corev1.ConditionFalse} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+		if err := c.Tracker().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for pod, node := range map[string]string{"lost-0": "node-3", "lost-1": "node-4"} {
+		if err := c.Tracker().Add(readyPod(platformNS, pod, node, "100m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := collect(t, c, Options{})
+	errs := map[string]string{}
+	for _, l := range s.Logs {
+		errs[l.Pod] = l.Error
+	}
+	for pod, want := range map[string]string{
+		"lost-0": "its node node-3 is unreachable (Ready Unknown): the kubelet there does not answer",
+		"lost-1": "its node node-4 is not Ready: the kubelet there does not answer",
+		"api-0":  "",
+	} {
+		if got, ok := errs[pod]; !ok || got != want {
+			t.Errorf("log of %s: listed %v, error %q; want %q", pod, ok, got, want)
+		}
+	}
+	// The fake's log requests carry no pod name: count them against the
+	// logs that were read.
+	asked, read := 0, 0
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "get" && a.GetSubresource() == "log" {
+			asked++
+		}
+	}
+	for _, l := range s.Logs {
+		if l.Error == "" {
+			read++
+		}
+	}
+	if asked != read {
+		t.Errorf("%d log requests for %d logs read: a lost node's pod was asked for", asked, read)
+	}
+}
+
 // A read that is forbidden is recorded as skipped, saying so, and the
 // other collectors go on.
 func TestCollectRecordsForbiddenReads(t *testing.T) {
