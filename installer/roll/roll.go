@@ -183,7 +183,9 @@ func (r *roller) step(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("listing the pods of StatefulSet %s/%s: %w", ns, r.name, err)
 	}
 	if r.evicted != "" {
-		replaced := false
+		// Replaced: a pod of that name again, or none to come (the
+		// StatefulSet scaled below its ordinal meanwhile).
+		replaced := s.Spec.Replicas != nil && int32(ordinal(r.evicted)) >= *s.Spec.Replicas
 		for _, p := range list.Items {
 			replaced = replaced || (p.Name == r.evicted && p.UID != r.evictedUID && p.DeletionTimestamp == nil)
 		}

@@ -62,6 +62,9 @@ type cluster struct {
 	mu      sync.Mutex
 	evicted []string
 	refuse  int
+	// shrink, when set, is a pod whose eviction comes with the
+	// StatefulSet scaled below it: it is not replaced.
+	shrink string
 }
 
 func newCluster(t *testing.T, objs ...runtime.Object) *cluster {
@@ -92,6 +95,17 @@ func newCluster(t *testing.T, objs ...runtime.Object) *cluster {
 		var i int
 		fmt.Sscanf(ev.Name, "postgresql-%d", &i)
 		c.evicted = append(c.evicted, ev.Name)
+		if ev.Name == c.shrink {
+			sgvr := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
+			obj, err := c.Tracker().Get(sgvr, ns, "postgresql")
+			if err != nil {
+				return true, nil, err
+			}
+			sts := obj.(*appsv1.StatefulSet).DeepCopy()
+			two := int32(i)
+			sts.Spec.Replicas = &two
+			return true, nil, c.Tracker().Update(sgvr, sts, ns)
+		}
 		return true, nil, c.Tracker().Create(gvr, member(i, "postgresql-new", false), ns)
 	})
 	return c
@@ -157,6 +171,20 @@ func TestRollResumesAndWaitsForTheBudget(t *testing.T) {
 	}
 	if !containsLine(lines, "waiting: the PodDisruptionBudget allows no eviction of postgresql-1 now") {
 		t.Errorf("progress %q does not name the budget", lines)
+	}
+}
+
+// A member evicted while the StatefulSet shrinks below it is not waited
+// for: the roll goes on with the members that remain.
+func TestRollFollowsAShrink(t *testing.T) {
+	c := newCluster(t, statefulSet(appsv1.OnDeleteStatefulSetStrategyType),
+		member(0, "old", true), member(1, "old", false), member(2, "old", false))
+	c.shrink = "postgresql-2"
+	if _, err := roll(t, c, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.order(); got != "postgresql-2 postgresql-1 postgresql-0" {
+		t.Errorf("evicted %q, want postgresql-2, postgresql-1, postgresql-0", got)
 	}
 }
 
