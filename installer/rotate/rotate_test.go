@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -339,5 +340,41 @@ func TestRolloutWaitStoppedSaysWhy(t *testing.T) {
 	err = waitRolledOut(context.Background(), c, "onprem", workload{kind: "Deployment", name: "gitops-api"}, 1500*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "did not roll out within 1.5s (its controller has not seen the change yet)") {
 		t.Fatalf("error %v, want the timeout and what is pending", err)
+	}
+}
+
+// A restarted StatefulSet that onprem rolls itself (OnDelete: a replicated
+// database) has its members replaced through installer/roll, not waited
+// for until the timeout: its controller never replaces them by itself.
+func TestRolloutWaitRollsOnDelete(t *testing.T) {
+	one := int32(1)
+	yes := true
+	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "postgresql", Namespace: ns, Generation: 2},
+		Spec: appsv1.StatefulSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "postgresql"}},
+			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}},
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, UpdateRevision: "new", CurrentRevision: "old"}}
+	member := func(rev string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "postgresql-0", Namespace: ns, UID: "uid-" + k8stypes.UID(rev),
+			Labels:          map[string]string{"app": "postgresql", appsv1.ControllerRevisionHashLabelKey: rev},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "StatefulSet", Name: "postgresql", Controller: &yes}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
+	c := fake.NewClientset(s, member("old"))
+	evicted := 0
+	c.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		evicted++
+		if err := c.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), ns, "postgresql-0"); err != nil {
+			return true, nil, err
+		}
+		return true, nil, c.Tracker().Add(member("new"))
+	})
+	if err := waitRolledOut(context.Background(), c, ns, workload{kind: "StatefulSet", name: "postgresql"}, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if evicted != 1 {
+		t.Errorf("%d evictions, want 1", evicted)
 	}
 }
