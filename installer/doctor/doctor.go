@@ -108,7 +108,7 @@ func All() []Analyzer {
 	return []Analyzer{
 		imagePull, crashLoop, oomKilled, configError, admissionRefused, podPending, pvcPending, volumeFull, jobFailed, databaseDown,
 		replication, ingress, certificateExpiry, staleLock, lastOperation, nodePressure, releaseFailed,
-		componentUnavailable, drift, attachments, preflightChecks, backupSchedule,
+		componentUnavailable, rollUnfinished, drift, attachments, preflightChecks, backupSchedule,
 	}
 }
 

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,41 @@ func TestDriftFinding(t *testing.T) {
 	if f.Severity != Warning || f.Component != "gitops-ui" || !holds(f, "drifted: Deployment/gitops-ui image", "drifted: Service/gitops-ui (deleted)") ||
 		!strings.Contains(f.Remediation, "onprem install") {
 		t.Errorf("drift finding: %+v", f)
+	}
+}
+
+// A replicated database's OnDelete StatefulSet with members of its
+// previous revision is named, each member with its revision, as a warning
+// with the command that finishes the roll; one all of the new revision,
+// or that rolls itself, is not.
+func TestRollUnfinished(t *testing.T) {
+	three := int32(3)
+	yes := true
+	sts := func(name string, strategy appsv1.StatefulSetUpdateStrategyType) appsv1.StatefulSet {
+		return appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "onprem", Labels: map[string]string{"onprem.dev/component": name}},
+			Spec:   appsv1.StatefulSetSpec{Replicas: &three, UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: strategy}},
+			Status: appsv1.StatefulSetStatus{UpdateRevision: name + "-new", ReadyReplicas: 3}}
+	}
+	member := func(set string, i int, rev string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", set, i), Namespace: "onprem",
+			Labels:          map[string]string{"onprem.dev/component": set, appsv1.ControllerRevisionHashLabelKey: set + "-" + rev},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "StatefulSet", Name: set, Controller: &yes}}}}
+	}
+	s := base()
+	s.Namespaces["onprem"].StatefulSets = []appsv1.StatefulSet{
+		sts("postgresql", appsv1.OnDeleteStatefulSetStrategyType), sts("redis", appsv1.OnDeleteStatefulSetStrategyType),
+		sts("rabbitmq", appsv1.RollingUpdateStatefulSetStrategyType)}
+	s.Namespaces["onprem"].Pods = []corev1.Pod{
+		member("postgresql", 0, "old"), member("postgresql", 1, "new"), member("postgresql", 2, "old"),
+		member("redis", 0, "new"), member("redis", 1, "new"), member("redis", 2, "new"),
+		member("rabbitmq", 0, "old"), member("rabbitmq", 1, "new"), member("rabbitmq", 2, "new")}
+	got := only(t, Analyze(s), "roll-unfinished")
+	if len(got) != 1 {
+		t.Fatalf("findings %+v, want postgresql's alone", got)
+	}
+	if f := got[0]; f.Severity != Warning || f.Component != "postgresql" ||
+		!holds(f, "runs 2 of 3 members of its previous revision", "member postgresql-0: revision postgresql-old, not postgresql-new", "member postgresql-2") ||
+		!strings.Contains(f.Remediation, "onprem upgrade apply") {
+		t.Errorf("postgresql: %+v", f)
 	}
 }

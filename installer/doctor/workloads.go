@@ -250,6 +250,54 @@ var componentUnavailable = Analyzer{
 	},
 }
 
+// rollUnfinished: a replicated database's StatefulSet that onprem rolls
+// itself (OnDelete, installer/roll) still runs members of its previous
+// revision: a roll under way, or one that was interrupted (the process
+// stopped, a timeout). Nothing else replaces them.
+var rollUnfinished = Analyzer{
+	ID:          "roll-unfinished",
+	Description: "a replicated database still runs members of its previous revision (its roll is under way or was interrupted)",
+	Run: func(in *Input) []Finding {
+		var out []Finding
+		for _, ns := range in.S.Meta.Namespaces {
+			o := in.S.Objects(ns)
+			for _, x := range o.StatefulSets {
+				rev := x.Status.UpdateRevision
+				if x.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType || rev == "" || x.Status.ObservedGeneration < x.Generation {
+					continue
+				}
+				var old []string
+				members := 0
+				for _, p := range o.Pods {
+					if !controlledBy(&p, "StatefulSet", x.Name) || p.DeletionTimestamp != nil {
+						continue
+					}
+					members++
+					if p.Labels[appsv1.ControllerRevisionHashLabelKey] != rev {
+						old = append(old, fmt.Sprintf("member %s: revision %s, not %s", p.Name, p.Labels[appsv1.ControllerRevisionHashLabelKey], rev))
+					}
+				}
+				if len(old) == 0 {
+					continue
+				}
+				slices.Sort(old)
+				comp := componentOf(x.Labels, x.Name)
+				out = append(out, Finding{Severity: Warning, Component: comp, Object: object("StatefulSet", ns, x.Name),
+					Title:       fmt.Sprintf("%s runs %d of %d members of its previous revision: its roll is under way or was interrupted", comp, len(old), members),
+					Evidence:    old,
+					Remediation: "if no install or upgrade is running, run the last one again (onprem install at the installed version, or onprem upgrade apply to the same version): it replaces them one at a time, replicas first and the primary last (docs/availability.md)"})
+			}
+		}
+		return out
+	},
+}
+
+// controlledBy says whether kind name is p's controller.
+func controlledBy(p *corev1.Pod, kind, name string) bool {
+	ref := metav1.GetControllerOf(p)
+	return ref != nil && ref.Kind == kind && ref.Name == name
+}
+
 func deploymentMessage(d appsv1.Deployment) string {
 	for _, c := range d.Status.Conditions {
 		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse {
