@@ -194,6 +194,12 @@ target (nothing is touched if one fails), then for each step of the path
   4. removes the components the release dropped (their Helm history is kept),
   5. records the step.
 
+With spec.availability high, step 3 replaces the members of the replicated
+PostgreSQL and Redis itself, one at a time: the replicas first, each
+evicted and waited for until its replacement is ready, then the primary,
+which hands its role to an updated replica (one switchover per database;
+the progress names each member replaced; docs/availability.md).
+
 If a migration Job fails or a component does not become ready, every
 component the step changed is rolled back to its Helm revision from before
 the step, the failure and the rollback are recorded, and the command exits
