@@ -11,9 +11,13 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"onprem.dev/onprem/installer/doctor"
+	"onprem.dev/onprem/installer/snapshot"
 	"onprem.dev/onprem/installer/support"
 	"onprem.dev/onprem/installer/support/supporttest"
+	"onprem.dev/onprem/preflight"
 )
 
 // doctorFinding runs onprem doctor until it reports a finding of analyzer
@@ -136,6 +140,24 @@ func (e *env) supportBundle(ctx context.Context, bundle string, attachments bool
 	}
 	if logs == 0 {
 		e.t.Error("the bundle holds no log")
+	}
+	// The cluster's DNS, which every service's lookups go through: its
+	// pods (kind's CoreDNS) and their logs, nothing else of kube-system.
+	var dns []corev1.Pod
+	decodeJSON(e.t, files[snapshot.FileClusterDNS], &dns)
+	dnsLogs := 0
+	for _, p := range dns {
+		if _, ok := files["logs/"+preflight.DNSNamespace+"/"+p.Name+"/coredns.log"]; ok {
+			dnsLogs++
+		}
+	}
+	if len(dns) == 0 || dnsLogs != len(dns) {
+		e.t.Errorf("the bundle holds %d DNS pods in %s and the logs of %d", len(dns), snapshot.FileClusterDNS, dnsLogs)
+	}
+	for p := range files {
+		if strings.HasPrefix(p, "namespaces/"+preflight.DNSNamespace+"/") {
+			e.t.Errorf("the bundle holds %s: only the DNS pods of kube-system are collected", p)
+		}
 	}
 
 	stdout, _, _ := e.run("support-bundle", "analyze", file, "-o", "json")

@@ -107,7 +107,7 @@ func (r *Report) Count(s Severity) int {
 func All() []Analyzer {
 	return []Analyzer{
 		imagePull, crashLoop, oomKilled, configError, admissionRefused, podPending, pvcPending, volumeFull, jobFailed, databaseDown,
-		replication, ingress, certificateExpiry, staleLock, lastOperation, nodePressure, releaseFailed,
+		replication, ingress, certificateExpiry, staleLock, lastOperation, nodePressure, clusterDNS, releaseFailed,
 		componentUnavailable, rollUnfinished, drift, attachments, preflightChecks, backupSchedule,
 	}
 }

@@ -140,6 +140,7 @@ func Collect(ctx context.Context, cl *kube.Cluster, o Options) (*Snapshot, error
 		{"objects", collectObjects}, {"secrets", collectSecrets}, {"cluster", collectCluster},
 		{"helm", collectReleases}, {"health", collectHealth}, {"preflight", collectPreflight},
 		{"attachments", collectAttachments}, {"drift", collectDrift}, {"mongodb-replica-set", collectMongoDB},
+		{"cluster-dns", collectClusterDNS},
 	})
 	if !o.NoLogs {
 		c.phase(ctx, []collector{{"logs", collectLogs}})
@@ -511,9 +512,32 @@ func collectCluster(ctx context.Context, c *collection) (int, []string) {
 		}
 	}
 	c.mu.Lock()
+	out.DNS = c.s.Cluster.DNS // collectClusterDNS's, in the same phase
 	c.s.Cluster = out
 	c.mu.Unlock()
 	return total, skipped
+}
+
+// collectClusterDNS reads the cluster's DNS pods: a service finds its
+// databases by name, so DNS pods that are not ready, or all on a lost
+// node, stop the whole platform while every pod of its own looks well.
+// Their logs are read with the platform's (collectLogs).
+func collectClusterDNS(ctx context.Context, c *collection) (int, []string) {
+	l, err := c.client.CoreV1().Pods(preflight.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: preflight.DNSSelector})
+	if err != nil {
+		return 0, []string{why("the cluster's DNS pods ("+preflight.DNSSelector+" in namespace "+preflight.DNSNamespace+")", err)}
+	}
+	pods := l.Items
+	if pods == nil {
+		pods = []corev1.Pod{}
+	}
+	c.mu.Lock()
+	c.s.Cluster.DNS = pods
+	c.mu.Unlock()
+	if len(pods) == 0 {
+		return 0, []string{"no pod labelled " + preflight.DNSSelector + " in namespace " + preflight.DNSNamespace + ": the cluster's DNS is not one onprem knows, and is not collected"}
+	}
+	return len(pods), nil
 }
 
 // helmRelease is the part of Helm's stored release that is read here.
@@ -834,32 +858,44 @@ func collectLogs(ctx context.Context, c *collection) (int, []string) {
 	}
 	var wants []want
 	lost := lostNodes(ctx, c.client)
+	// The platform's pods, then the cluster's DNS pods.
+	type nsPod struct {
+		ns string
+		p  *corev1.Pod
+	}
+	var pods []nsPod
 	for _, ns := range c.s.Meta.Namespaces {
 		for i := range c.s.Objects(ns).Pods {
-			p := &c.s.Objects(ns).Pods[i]
-			if c.o.TroubledLogsOnly && !troubled(p) {
+			pods = append(pods, nsPod{ns, &c.s.Objects(ns).Pods[i]})
+		}
+	}
+	for i := range c.s.Cluster.DNS {
+		pods = append(pods, nsPod{preflight.DNSNamespace, &c.s.Cluster.DNS[i]})
+	}
+	for _, np := range pods {
+		ns, p := np.ns, np.p
+		if c.o.TroubledLogsOnly && !troubled(p) {
+			continue
+		}
+		down := ""
+		if why, ok := lost[p.Spec.NodeName]; ok {
+			down = "its node " + p.Spec.NodeName + " is " + why + ": the kubelet there does not answer"
+		}
+		statuses := map[string]corev1.ContainerStatus{}
+		for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			statuses[cs.Name] = cs
+		}
+		for _, ct := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
+			cs, started := statuses[ct.Name]
+			if !started || (cs.State.Running == nil && cs.State.Terminated == nil && cs.LastTerminationState.Terminated == nil) {
+				// Never ran: there is no log to read.
 				continue
 			}
-			down := ""
-			if why, ok := lost[p.Spec.NodeName]; ok {
-				down = "its node " + p.Spec.NodeName + " is " + why + ": the kubelet there does not answer"
+			if cs.State.Running != nil || cs.State.Terminated != nil {
+				wants = append(wants, want{ns, p.Name, ct.Name, false, down})
 			}
-			statuses := map[string]corev1.ContainerStatus{}
-			for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
-				statuses[cs.Name] = cs
-			}
-			for _, ct := range append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...) {
-				cs, started := statuses[ct.Name]
-				if !started || (cs.State.Running == nil && cs.State.Terminated == nil && cs.LastTerminationState.Terminated == nil) {
-					// Never ran: there is no log to read.
-					continue
-				}
-				if cs.State.Running != nil || cs.State.Terminated != nil {
-					wants = append(wants, want{ns, p.Name, ct.Name, false, down})
-				}
-				if cs.RestartCount > 0 || cs.LastTerminationState.Terminated != nil {
-					wants = append(wants, want{ns, p.Name, ct.Name, true, down})
-				}
+			if cs.RestartCount > 0 || cs.LastTerminationState.Terminated != nil {
+				wants = append(wants, want{ns, p.Name, ct.Name, true, down})
 			}
 		}
 	}

@@ -91,6 +91,20 @@ func readyPod(ns, name, node string, cpu string, statuses ...corev1.ContainerSta
 	return p
 }
 
+// dnsPod is one of the cluster's DNS pods (preflight.DNSSelector in
+// kube-system), ready or not.
+func dnsPod(name, node string, ready bool) *corev1.Pod {
+	p := readyPod(preflight.DNSNamespace, name, node, "100m")
+	p.Labels = map[string]string{"k8s-app": "kube-dns"}
+	p.Spec.Containers[0].Name = "coredns"
+	p.Status.ContainerStatuses[0].Name = "coredns"
+	if !ready {
+		p.Status.Conditions[0].Status = corev1.ConditionFalse
+		p.Status.ContainerStatuses[0].Ready = false
+	}
+	return p
+}
+
 // proxyAnswer stands for a service's answer through the API server's
 // service proxy.
 type proxyAnswer struct {
@@ -152,6 +166,8 @@ func cluster(t *testing.T) *fake.Clientset {
 		readyPod(platformNS, "pending-0", "", "1", corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}),
 		readyPod("runner", "agent-0", "node-2", "100m"),
 		readyPod("elsewhere", "other-0", "node-2", "2"),
+		dnsPod("coredns-a", "cp-1", true), dnsPod("coredns-b", "cp-2", false),
+		readyPod(preflight.DNSNamespace, "kube-proxy-x", "cp-1", "10m"),
 		readyzDeployment("api", false), service("api"),
 		readyzDeployment("ui", true), service("ui"),
 		readyzDeployment("broker", false), service("broker"),
@@ -211,7 +227,7 @@ func TestCollect(t *testing.T) {
 	for _, c := range s.Meta.Collectors {
 		order = append(order, c.Name)
 	}
-	if want := []string{"state", "config", "objects", "secrets", "cluster", "helm", "health", "preflight", "attachments", "drift", "mongodb-replica-set", "logs"}; !slices.Equal(order, want) {
+	if want := []string{"state", "config", "objects", "secrets", "cluster", "helm", "health", "preflight", "attachments", "drift", "mongodb-replica-set", "cluster-dns", "logs"}; !slices.Equal(order, want) {
 		t.Errorf("collectors %v, want %v", order, want)
 	}
 	slices.Sort(progress)
@@ -319,7 +335,8 @@ func TestCollect(t *testing.T) {
 		logs = append(logs, LogPath(l))
 	}
 	slices.Sort(logs)
-	want := []string{"logs/platform/api-0/main.log", "logs/platform/ui-0/main.log", "logs/platform/ui-0/main.previous.log", "logs/runner/agent-0/main.log"}
+	want := []string{"logs/kube-system/coredns-a/coredns.log", "logs/kube-system/coredns-b/coredns.log",
+		"logs/platform/api-0/main.log", "logs/platform/ui-0/main.log", "logs/platform/ui-0/main.previous.log", "logs/runner/agent-0/main.log"}
 	if !slices.Equal(logs, want) {
 		t.Errorf("logs %v, want %v", logs, want)
 	}
@@ -332,13 +349,79 @@ func TestCollectTroubledLogsOnlyAndNoLogs(t *testing.T) {
 		logs = append(logs, LogPath(l))
 	}
 	slices.Sort(logs)
-	if want := []string{"logs/platform/ui-0/main.log", "logs/platform/ui-0/main.previous.log"}; !slices.Equal(logs, want) {
+	if want := []string{"logs/kube-system/coredns-b/coredns.log", "logs/platform/ui-0/main.log", "logs/platform/ui-0/main.previous.log"}; !slices.Equal(logs, want) {
 		t.Errorf("troubled logs %v, want %v", logs, want)
 	}
 
 	s = collect(t, cluster(t), Options{NoLogs: true})
 	if len(s.Logs) != 0 || s.Collector("logs") != nil || s.Meta.Limits != (LogLimits{}) {
 		t.Errorf("NoLogs: %d logs, collector %+v, limits %+v", len(s.Logs), s.Collector("logs"), s.Meta.Limits)
+	}
+}
+
+// The cluster's DNS pods, and only they of kube-system, are collected and
+// written out, and read back from the files.
+func TestCollectClusterDNS(t *testing.T) {
+	s := collect(t, cluster(t), Options{NoLogs: true})
+	var names []string
+	for _, p := range s.Cluster.DNS {
+		names = append(names, p.Name+"@"+p.Spec.NodeName)
+	}
+	slices.Sort(names)
+	if want := []string{"coredns-a@cp-1", "coredns-b@cp-2"}; !slices.Equal(names, want) {
+		t.Errorf("DNS pods %v, want %v", names, want)
+	}
+	if c := s.Collector("cluster-dns"); c == nil || c.Items != 2 || len(c.Skipped) != 0 {
+		t.Errorf("collector cluster-dns: %+v", c)
+	}
+	if _, ok := s.Namespaces[preflight.DNSNamespace]; ok {
+		t.Error("kube-system's objects were collected: only its DNS pods are")
+	}
+	files, err := s.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string][]byte{}
+	for _, f := range files {
+		byPath[f.Path] = f.Data
+	}
+	if _, ok := byPath[FileClusterDNS]; !ok {
+		t.Fatalf("no %s written", FileClusterDNS)
+	}
+	back, err := FromFiles(byPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Cluster.DNS) != 2 || back.Cluster.DNS[0].Labels["k8s-app"] != "kube-dns" {
+		t.Errorf("read back %d DNS pods: %+v", len(back.Cluster.DNS), back.Cluster.DNS)
+	}
+
+	// No DNS pod: said, and nothing written.
+	c := cluster(t)
+	for _, n := range []string{"coredns-a", "coredns-b"} {
+		if err := c.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), preflight.DNSNamespace, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = collect(t, c, Options{NoLogs: true})
+	if col := s.Collector("cluster-dns"); col == nil || len(col.Skipped) != 1 || !strings.Contains(col.Skipped[0], "no pod labelled k8s-app=kube-dns in namespace kube-system") {
+		t.Errorf("collector cluster-dns with no DNS pod: %+v", col)
+	}
+
+	// Forbidden: said, the rest collected.
+	c = cluster(t)
+	c.PrependReactor("list", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetNamespace() == preflight.DNSNamespace {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC"))
+		}
+		return false, nil, nil
+	})
+	s = collect(t, c, Options{NoLogs: true})
+	if col := s.Collector("cluster-dns"); col == nil || len(col.Skipped) != 1 || !strings.Contains(col.Skipped[0], "forbidden") || s.Cluster.DNS != nil {
+		t.Errorf("collector cluster-dns, forbidden: %+v, DNS %v", col, s.Cluster.DNS)
+	}
+	if len(s.Objects(platformNS).Pods) != 3 {
+		t.Errorf("the platform's pods not collected when DNS pods are forbidden")
 	}
 }
 

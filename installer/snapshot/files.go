@@ -25,6 +25,7 @@ const (
 	FileDrift        = "drift.json"
 	FileMongoDB      = "mongodb-replica-set.json"
 	FileLogIndex     = "logs/index.json"
+	FileClusterDNS   = "cluster/dns-pods.json"
 	dirCluster       = "cluster/"
 	dirNamespaces    = "namespaces/"
 	dirLogs          = "logs/"
@@ -66,6 +67,9 @@ func (s *Snapshot) Files() ([]File, error) {
 	add(dirCluster+"storageclasses.json", "the StorageClasses", s.Cluster.StorageClasses)
 	add(dirCluster+"persistentvolumes.json", "the PersistentVolumes and what they are bound to", s.Cluster.PersistentVolumes)
 	add(dirCluster+"ingressclasses.json", "the IngressClasses", s.Cluster.IngressClasses)
+	if s.Cluster.DNS != nil {
+		add(FileClusterDNS, "the cluster's DNS pods ("+preflight.DNSSelector+" in "+preflight.DNSNamespace+"): their nodes, readiness and restarts", s.Cluster.DNS)
+	}
 	nss := make([]string, 0, len(s.Namespaces))
 	for ns := range s.Namespaces {
 		nss = append(nss, ns)
@@ -182,6 +186,7 @@ func FromFiles(files map[string][]byte) (*Snapshot, error) {
 	for p, v := range map[string]any{FileReleases: &s.Releases, dirCluster + "nodes.json": &s.Cluster.Nodes,
 		dirCluster + "allocated.json": &s.Cluster.Allocated, dirCluster + "storageclasses.json": &s.Cluster.StorageClasses,
 		dirCluster + "persistentvolumes.json": &s.Cluster.PersistentVolumes, dirCluster + "ingressclasses.json": &s.Cluster.IngressClasses,
+		FileClusterDNS:   &s.Cluster.DNS,
 		FileCertificates: &s.Certificates, FileHealth: &s.Health, FileLogIndex: &s.Logs, FileDrift: &s.Drift} {
 		if err := read(p, v); err != nil {
 			return nil, err

@@ -148,6 +148,11 @@ type ClusterObjects struct {
 	// Allocated is, per node, the sum of the requests of its non-finished
 	// pods (cpu, memory) as collected.
 	Allocated map[string]corev1.ResourceList `json:"allocated,omitempty"`
+	// DNS are the cluster's DNS pods (preflight.DNSSelector in
+	// preflight.DNSNamespace): every service reaches its databases by
+	// name through them, so where they run and whether they are ready is
+	// part of the platform's health. Nil when they were not collected.
+	DNS []corev1.Pod `json:"dns,omitempty"`
 }
 
 // Release is one Helm release with its history.
