@@ -75,7 +75,8 @@ func StatefulSet(ctx context.Context, o Options, name string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("rolling StatefulSet %s/%s (%s): %w", o.Namespace, name, r.waiting, context.Cause(ctx))
+			return fmt.Errorf("rolling StatefulSet %s/%s (%s; the members already replaced are kept, and running the same command again finishes the roll): %w",
+				o.Namespace, name, r.waiting, context.Cause(ctx))
 		case <-t.C:
 		}
 	}

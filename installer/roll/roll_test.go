@@ -200,7 +200,8 @@ func TestRollWaitsForEveryMember(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newCluster(t, append(objs, statefulSet(appsv1.OnDeleteStatefulSetStrategyType))...)
 			_, err := roll(t, c, 200*time.Millisecond)
-			if err == nil || !strings.Contains(err.Error(), "rolling StatefulSet onprem/postgresql ("+name+")") {
+			if err == nil || !strings.Contains(err.Error(), "rolling StatefulSet onprem/postgresql ("+name+"; ") ||
+				!strings.Contains(err.Error(), "running the same command again finishes the roll") {
 				t.Errorf("error %v, want one that names %q", err, name)
 			}
 			if got := c.order(); got != "" {
