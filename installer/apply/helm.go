@@ -388,6 +388,9 @@ func (h *HelmReleases) Rollback(ctx context.Context, name string, revision int, 
 	rb.Timeout = timeout
 	rb.MaxHistory = 10
 	rb.Description = fmt.Sprintf("rolled back to revision %d by onprem %s", revision, version.Version)
+	// One bound for Helm's rollback with its wait and the roll after it.
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	// Helm's rollback takes no context: it is bounded by its timeout, and
 	// a cancelled context is honoured before it starts.
 	if err := ctx.Err(); err != nil {
@@ -397,9 +400,7 @@ func (h *HelmReleases) Rollback(ctx context.Context, name string, revision int, 
 		return 0, fmt.Errorf("rolling %s back to revision %d: %w", name, revision, err)
 	}
 	// Helm's wait counts an OnDelete StatefulSet ready at once: its pods
-	// are rolled back here, replicas first.
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// are rolled back here, replicas first, in what is left of timeout.
 	if err := h.roll(rctx, name); err != nil {
 		return 0, fmt.Errorf("rolling %s back to revision %d: %w", name, revision, err)
 	}
@@ -414,10 +415,18 @@ func (h *HelmReleases) Rollback(ctx context.Context, name string, revision int, 
 }
 
 // Ready waits until the objects of a component's last release are ready
-// (Helm's own wait, kstatus; Jobs count once started), at most timeout. A
-// rollback uses it to see a service ready again once the databases it
-// reaches are back. A component with no release is ready.
+// (Helm's own wait, kstatus; Jobs count once started), at most timeout in
+// all. A rollback uses it to see a service ready again once the databases
+// it reaches are back. A component with no release is ready.
+//
+// Ready is not only a wait: an OnDelete StatefulSet (a replicated
+// PostgreSQL or Redis) is ready only once its members are of its current
+// revision, and nothing but onprem replaces them, so Ready finishes such
+// a roll (evicting the members still of another revision, replicas
+// first), as a rollback that follows an interrupted upgrade needs.
 func (h *HelmReleases) Ready(ctx context.Context, name string, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	manifest, err := h.Manifest(ctx, name)
 	if err != nil || manifest == "" {
 		return err
@@ -439,11 +448,13 @@ func (h *HelmReleases) Ready(ctx context.Context, name string, timeout time.Dura
 	if err != nil {
 		return err
 	}
-	if err := w.Wait(objs, timeout); err != nil {
+	left := timeout
+	if d, ok := rctx.Deadline(); ok {
+		left = time.Until(d)
+	}
+	if err := w.Wait(objs, left); err != nil {
 		return fmt.Errorf("waiting for %s to be ready: %w", name, err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	if err := h.roll(rctx, name); err != nil {
 		return fmt.Errorf("waiting for %s to be ready: %w", name, err)
 	}
