@@ -54,7 +54,9 @@ func newSupportBundleCmd() *cobra.Command {
     runtimes' namespaces on this cluster (Secrets as names and keys only),
     events, container logs (current and previous, bounded by --log-lines,
     --log-age and --log-bytes), nodes with their conditions, capacity and
-    allocations, StorageClasses, PersistentVolumes, IngressClasses, the lock;
+    allocations, StorageClasses, PersistentVolumes, IngressClasses, the lock,
+    and the cluster's DNS pods (k8s-app=kube-dns in kube-system) with their
+    logs;
   - the preflight checks run now, each service's readiness answer (does it
     reach its databases), the runners, runtimes, Git sources and managed
     clusters with their health (never a token);
