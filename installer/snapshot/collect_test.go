@@ -377,14 +377,7 @@ func TestCollectClusterDNS(t *testing.T) {
 	if _, ok := s.Namespaces[preflight.DNSNamespace]; ok {
 		t.Error("kube-system's objects were collected: only its DNS pods are")
 	}
-	files, err := s.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byPath := map[string][]byte{}
-	for _, f := range files {
-		byPath[f.Path] = f.Data
-	}
+	_, byPath := filesByPath(t, s)
 	if _, ok := byPath[FileClusterDNS]; !ok {
 		t.Fatalf("no %s written", FileClusterDNS)
 	}

@@ -58,14 +58,7 @@ func TestCollectMongoDBReplicaSet(t *testing.T) {
 	}
 
 	// Written and read back: the parts read, not the cluster's signature.
-	files, err := s.Files()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byPath := map[string][]byte{}
-	for _, f := range files {
-		byPath[f.Path] = f.Data
-	}
+	_, byPath := filesByPath(t, s)
 	b, ok := byPath[FileMongoDB]
 	if !ok || strings.Contains(string(b), "signature") || !strings.Contains(string(b), `"stateStr": "PRIMARY"`) {
 		t.Fatalf("%s: %s", FileMongoDB, b)
