@@ -432,8 +432,11 @@ func (o RunOptions) rollback(ctx context.Context, sp *StepPlan, rec *state.Step,
 	return fe
 }
 
-// RollbackFloor is the least a rollback waits for a component.
-const RollbackFloor = 30 * time.Second
+// RollbackFloor is the least a rollback waits for a component. A
+// database's pod that restarts on a busy node may need more than 30 s
+// (MongoDB's took 40 s on a loaded 2-core machine), and a rollback that
+// gives up on it reports a failure that resolves by itself seconds later.
+const RollbackFloor = 60 * time.Second
 
 // RollbackTimeout bounds the wait for a component's rollback: about what
 // its own last install or upgrade took to be ready (took, half again as

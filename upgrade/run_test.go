@@ -423,9 +423,9 @@ func TestRollBackTakesServicesBackBesideTheirDatabases(t *testing.T) {
 	if want := []string{"broadcaster", "mongodb", "db-provision", "gitops-api"}; !slices.Equal(rolled, want) {
 		t.Errorf("rolled back %v, want %v", rolled, want)
 	}
-	// gitops-api's own bound (30 s, the floor) and MongoDB's (60 s).
-	if w := rel.waits["gitops-api"]; w != 90*time.Second {
-		t.Errorf("gitops-api waited up to %s, want 1m30s (its own 30s and MongoDB's 60s)", w)
+	// gitops-api's own bound (the floor) and MongoDB's (60 s).
+	if w, want := rel.waits["gitops-api"], RollbackFloor+60*time.Second; w != want {
+		t.Errorf("gitops-api waited up to %s, want %s (its own %s, the floor, and MongoDB's 60s)", w, want, RollbackFloor)
 	}
 	if !slices.Equal(rel.settled, []string{"gitops-api"}) {
 		t.Errorf("waited again for %v, want gitops-api alone (broadcaster reaches no database of this rollback; the Job ran after MongoDB)", rel.settled)

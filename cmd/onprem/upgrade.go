@@ -214,7 +214,7 @@ and the rollback starts. Transient failures (an unreachable registry, a slow
 pull, a pod waiting for capacity) are waited for until --timeout, and the
 progress line says what each component waits for ("0/1 ready, pulling image
 (35 s)"). Each rollback waits about
-as long as the component's own last apply took (half again, at least 30s,
+as long as the component's own last apply took (half again, at least 60s,
 at most --timeout).
 
 If onprem is killed mid-way, run the same command again: it resumes the
@@ -331,7 +331,7 @@ badly after it was installed.`,
 	}
 	addClusterFlags(cmd, &a.Cluster)
 	addTargetFlags(cmd, &a.Target)
-	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready again (each waits about as long as its own last apply took, half again, at least 30s, at most this)")
+	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to become ready again (each waits about as long as its own last apply took, half again, at least 60s, at most this)")
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
 	return cmd
