@@ -65,8 +65,18 @@ type Kube struct {
 	Client kubernetes.Interface
 }
 
-// Exec implements Executor.
+// Exec implements Executor. A command the container runtime failed to
+// start (containerd's "failed to load task" of a node too busy to answer
+// in time) is tried again, up to startAttempts times: it never ran, so
+// nothing it would have done is done twice. What the failed attempt
+// read of stdin is fed again, as long as it was no more than replayMax.
 func (k Kube) Exec(ctx context.Context, t Target, cmd []string, stdin io.Reader, stdout io.Writer) error {
+	return retryStart(ctx, stdin, func(in io.Reader) error {
+		return k.exec(ctx, t, cmd, in, stdout)
+	})
+}
+
+func (k Kube) exec(ctx context.Context, t Target, cmd []string, stdin io.Reader, stdout io.Writer) error {
 	req := k.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(t.Namespace).Name(t.Pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: t.Container,
@@ -106,6 +116,9 @@ func (k Kube) Exec(ctx context.Context, t Target, cmd []string, stdin io.Reader,
 	msg := fmt.Sprintf("exec in %s: %v", t, err)
 	if s := strings.TrimSpace(stderr.String()); s != "" {
 		msg += " (stderr: " + s + ")"
+	}
+	if notStarted(err) {
+		return &StartError{msg: msg}
 	}
 	return errors.New(msg)
 }
