@@ -71,6 +71,7 @@ func (e *env) step(name string, f func()) {
 	defer func() {
 		if !done {
 			e.t.Logf("=== step FAILED after %s: %s", time.Since(t0).Round(100*time.Millisecond), name)
+			e.logStep("FAILED", time.Since(t0), name)
 			e.evidence(name)
 		}
 	}()
@@ -79,6 +80,23 @@ func (e *env) step(name string, f func()) {
 	took := time.Since(t0)
 	e.steps = append(e.steps, stepTime{Name: name, Took: took})
 	e.t.Logf("=== step done in %s: %s", took.Round(100*time.Millisecond), name)
+	e.logStep("done", took, name)
+}
+
+// logStep appends a step's outcome to steps.log in the output folder, so
+// that every step's time outlives a run that fails or is stopped (the
+// timing figures are written only at the end of a whole run).
+func (e *env) logStep(outcome string, took time.Duration, name string) {
+	dir := outputDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "steps.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s\t%s\t%6.1fs\t%s\n", time.Now().UTC().Format(time.RFC3339), outcome, took.Seconds(), name)
 }
 
 // buildOnprem builds the onprem binary the test drives.

@@ -55,6 +55,7 @@ func TestPlatform(t *testing.T) {
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, timing: &timing{}}
 	t0 := time.Now()
+	e.logStep("start", 0, "TestPlatform")
 
 	e.step("build the onprem binary", func() { e.bin = buildOnprem(t, dir) })
 
