@@ -38,17 +38,8 @@ vet:
 	$(GO) vet ./...
 
 # Every package but the platform's end-to-end test on kind (make e2e).
-# The longest packages (minutes each on 2 cores) are named first so that
-# they start first and none of them runs on alone at the end. UNIT_P
-# packages run at once (go's default is the number of cores): tests
-# against API servers and databases wait much of the time (the kind
-# e2e, measured, keeps 1.36 of 2 cores busy on average).
-UNIT_FIRST := ./installer/action ./cmd/onprem ./installer/console ./e2e/kindcluster \
-	./preflight ./installer/backupstore ./installer/apply ./installer/topology ./installer/render
-UNIT_P     ?= 3
 unit:
-	$(GO) test -count=1 -p $(UNIT_P) -timeout 60m $(UNIT_FIRST) \
-		$$($(GO) list ./... | grep -v '/e2e/platform$$' $(foreach p,$(UNIT_FIRST),| grep -vx 'onprem.dev/onprem/$(patsubst ./%,%,$(p))'))
+	$(GO) test -count=1 -timeout 60m $$($(GO) list ./... | grep -v '/e2e/platform$$')
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./installer/config
