@@ -71,7 +71,7 @@ type Kube struct {
 // nothing it would have done is done twice. What the failed attempt
 // read of stdin is fed again, as long as it was no more than replayMax.
 func (k Kube) Exec(ctx context.Context, t Target, cmd []string, stdin io.Reader, stdout io.Writer) error {
-	return retryStart(ctx, stdin, func(in io.Reader) error {
+	return retryStart(ctx, describe(cmd)+" in "+t.String(), stdin, func(in io.Reader) error {
 		return k.exec(ctx, t, cmd, in, stdout)
 	})
 }

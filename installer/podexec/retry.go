@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -52,7 +53,7 @@ var startBackoff = time.Second
 // retryStart runs attempt until it succeeds, fails with anything but a
 // StartError, or has been tried startAttempts times. Each try reads stdin
 // from where the first one began.
-func retryStart(ctx context.Context, stdin io.Reader, attempt func(io.Reader) error) error {
+func retryStart(ctx context.Context, what string, stdin io.Reader, attempt func(io.Reader) error) error {
 	var replay []byte // what the failed tries took of stdin, fed first
 	wait := startBackoff
 	for n := 1; ; n++ {
@@ -80,6 +81,7 @@ func retryStart(ctx context.Context, stdin io.Reader, attempt func(io.Reader) er
 		if n == startAttempts {
 			return fmt.Errorf("%w (the container runtime did not start it in %d tries)", err, n)
 		}
+		slog.Warn("the container runtime did not start a command; trying it again", "command", what, "try", n+1, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
 			return err

@@ -46,7 +46,7 @@ func TestRetryStartFeedsStdinAgain(t *testing.T) {
 	input := strings.Repeat("0123456789", 10_000)
 	var tries int
 	var got []byte
-	err := retryStart(context.Background(), strings.NewReader(input), func(in io.Reader) error {
+	err := retryStart(context.Background(), "sh -c script in onprem/redis-0 (container redis)", strings.NewReader(input), func(in io.Reader) error {
 		tries++
 		if tries < 3 {
 			buf := make([]byte, 1000*tries)
@@ -85,7 +85,7 @@ func TestRetryStartOnlyWhenNotStarted(t *testing.T) {
 		errors.New("exec in onprem/redis-0 (container redis): stream error"),
 	} {
 		tries := 0
-		err := retryStart(context.Background(), nil, func(in io.Reader) error {
+		err := retryStart(context.Background(), "sh -c script in onprem/redis-0 (container redis)", nil, func(in io.Reader) error {
 			tries++
 			if in != nil {
 				t.Error("a try without stdin was given one")
@@ -103,7 +103,7 @@ func TestRetryStartOnlyWhenNotStarted(t *testing.T) {
 func TestRetryStartGivesUpPastReplayMax(t *testing.T) {
 	fastBackoff(t)
 	tries := 0
-	err := retryStart(context.Background(), bytes.NewReader(make([]byte, replayMax+1)), func(in io.Reader) error {
+	err := retryStart(context.Background(), "sh -c script in onprem/redis-0 (container redis)", bytes.NewReader(make([]byte, replayMax+1)), func(in io.Reader) error {
 		tries++
 		if _, err := io.Copy(io.Discard, in); err != nil {
 			t.Fatal(err)
@@ -121,7 +121,7 @@ func TestRetryStartGivesUpPastReplayMax(t *testing.T) {
 func TestRetryStartBounded(t *testing.T) {
 	fastBackoff(t)
 	tries := 0
-	err := retryStart(context.Background(), nil, func(io.Reader) error {
+	err := retryStart(context.Background(), "sh -c script in onprem/redis-0 (container redis)", nil, func(io.Reader) error {
 		tries++
 		return &StartError{msg: loadTaskFailure}
 	})
