@@ -79,7 +79,7 @@ func retryStart(ctx context.Context, what string, stdin io.Reader, attempt func(
 			replay = taken
 		}
 		if n == startAttempts {
-			return fmt.Errorf("%w (the container runtime did not start it in %d tries)", err, n)
+			return fmt.Errorf("%w (the container runtime did not start it in %d tries: its node is likely overloaded or its runtime stuck; 'kubectl describe node' and the node's containerd log say which; run the command again once it answers)", err, n)
 		}
 		slog.Warn("the container runtime did not start a command; trying it again", "command", what, "try", n+1, "in", wait, "err", err)
 		select {
