@@ -5,6 +5,7 @@ package platform
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/e2e/images"
@@ -47,6 +49,14 @@ const (
 	platformPrefix = "quay.io/codefresh"
 )
 
+// OnlyEnv, set to OnlyHighAvailability, runs the high-availability part
+// of TestPlatform alone, on a cluster of its own (about a third of the
+// whole test's time): for a developer working on it. CI never sets it.
+const (
+	OnlyEnv              = "ONPREM_E2E_ONLY"
+	OnlyHighAvailability = "high-availability"
+)
+
 func TestPlatform(t *testing.T) {
 	if os.Getenv(kindcluster.SkipEnv) == "1" {
 		t.Skipf("%s=1: the kind end-to-end test is skipped", kindcluster.SkipEnv)
@@ -59,7 +69,6 @@ func TestPlatform(t *testing.T) {
 
 	e.step("build the onprem binary", func() { e.bin = buildOnprem(t, dir) })
 
-	var built []images.Image
 	e.step("build the images and the kind node image", func() {
 		// Every image, those of spec.availability high too (the
 		// high-availability step).
@@ -67,68 +76,49 @@ func TestPlatform(t *testing.T) {
 		if err != nil {
 			t.Fatalf("building the images and the kind toolchain: %v", err)
 		}
-		built = pre.Images
-		e.built = built
-	})
-
-	e.step("create the kind cluster", func() {
-		e.cluster = kindcluster.Start(t, kindcluster.WithStartTimeout(10*time.Minute))
-		e.kubeconfig = e.cluster.Kubeconfig
-	})
-
-	e.step("start a registry the node can reach", func() {
-		hostIP, err := e.cluster.HostIP(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.registry = testservers.StartDistributionAt(t, hostIP).Host
-		if err := e.cluster.TrustRegistry(ctx, e.registry); err != nil {
-			t.Fatal(err)
-		}
-		if e.nodeIP, err = e.cluster.NodeIP(ctx, e.cluster.Nodes[0]); err != nil {
-			t.Fatal(err)
-		}
+		e.built = pre.Images
 	})
 
 	set, err := release.Embedded()
 	if err != nil {
 		t.Fatal(err)
 	}
-	versions := []string{from, via, mid, last}
-	bundles := map[string]string{}
-	e.step("bundle create and bundle push", func() {
-		layoutDir := filepath.Join(dir, "oci")
-		e.ociLayout = layoutDir
-		var chartVersions []string
-		for _, v := range versions {
-			rel, err := set.Get(v)
-			if err != nil {
+	if only := os.Getenv(OnlyEnv); only != "" {
+		if only != OnlyHighAvailability {
+			t.Fatalf("%s=%q: the only part that runs alone is %q", OnlyEnv, only, OnlyHighAvailability)
+		}
+		// The high-availability part alone, on a cluster of its own
+		// shape, from the bundle of the version it installs: what a
+		// developer reruns while working on it. CI runs the whole test.
+		e.step("create the kind cluster with "+fmt.Sprint(haWorkers)+" workers", func() {
+			e.cluster = kindcluster.Start(t, kindcluster.WithStartTimeout(10*time.Minute),
+				kindcluster.WithWorkers(haWorkers), kindcluster.WithNodeGracePeriod(haNodeGrace))
+			e.kubeconfig = e.cluster.Kubeconfig
+		})
+		e.step("start a registry the nodes can reach", func() {
+			e.startRegistry(ctx, e.cluster.Name+"-control-plane")
+			// The whole test's namespace outlives its uninstall; the
+			// external MongoDB's Secret goes there before the install.
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+			if _, err := e.cluster.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if err := images.WriteOCILayout(layoutDir, releaseImages(t, rel, built)); err != nil {
-				t.Fatal(err)
-			}
-			chartVersions = append(chartVersions, rel.Runtime.ChartVersion)
-		}
-		// The real runtime chart, as published (../shared/upstream), served
-		// the way an operator's mirror serves it.
-		charts := gitopstest.ServeUpstreamOCI(t, chartVersions...)
-		e.chartRepository = charts
-		// Bundles are signed, as a vendor signs them: the key is made
-		// once where 'bundle create' finds it; the public key is what
-		// every configuration trusts (spec.trust) and push is given.
-		e.signingKeys(filepath.Join(dir, "keys"))
-		for _, v := range versions {
-			b := filepath.Join(dir, "platform-"+v+".bundle")
-			out := e.onprem("bundle", "create", "--version", v, "--oci-layout", layoutDir,
-				"--chart-repository", charts, "--chart-plain-http", "-o", b)
-			if !strings.Contains(out, "signed with key sha256:") || !strings.Contains(out, "images signed with the bundle's key") {
-				t.Fatalf("bundle create did not sign: %s", out)
-			}
-			e.onprem("bundle", "push", b, "--registry", e.registry+"/onprem", "--insecure", "--public-key", e.publicKeyFile)
-			bundles[v] = b
-		}
+		})
+		var bundles map[string]string
+		e.step("bundle create and bundle push", func() { bundles = e.makeBundles(set, []string{last}) })
+		e.highAvailability(ctx, last, bundles[last])
+		return
+	}
+
+	e.step("create the kind cluster", func() {
+		e.cluster = kindcluster.Start(t, kindcluster.WithStartTimeout(10*time.Minute))
+		e.kubeconfig = e.cluster.Kubeconfig
 	})
+
+	e.step("start a registry the node can reach", func() { e.startRegistry(ctx, e.cluster.Nodes[0]) })
+
+	var bundles map[string]string
+	e.step("bundle create and bundle push", func() { bundles = e.makeBundles(set, []string{from, via, mid, last}) })
 
 	cfg := e.writeConfig("onprem.yaml", from, "")
 	e.step("preflight", func() {
@@ -435,6 +425,63 @@ func TestPlatform(t *testing.T) {
 	e.timing.steps = e.steps
 	path, text := e.timing.write(t)
 	t.Logf("timing figures (%s):\n%s", path, text)
+}
+
+// startRegistry starts the registry the e2e pushes its bundles to, on this
+// machine's address on kind's network; the cluster's nodes trust it, and
+// e.nodeIP is node's address (the ingress controller's NodePorts).
+func (e *env) startRegistry(ctx context.Context, node string) {
+	t := e.t
+	hostIP, err := e.cluster.HostIP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.registry = testservers.StartDistributionAt(t, hostIP).Host
+	if err := e.cluster.TrustRegistry(ctx, e.registry); err != nil {
+		t.Fatal(err)
+	}
+	if e.nodeIP, err = e.cluster.NodeIP(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// makeBundles makes the signed bundle of each version (bundle create) and
+// pushes it to e.registry (bundle push); it returns each one's path.
+func (e *env) makeBundles(set *release.Set, versions []string) map[string]string {
+	t, dir := e.t, e.dir
+	bundles := map[string]string{}
+	layoutDir := filepath.Join(dir, "oci")
+	e.ociLayout = layoutDir
+	var chartVersions []string
+	for _, v := range versions {
+		rel, err := set.Get(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := images.WriteOCILayout(layoutDir, releaseImages(t, rel, e.built)); err != nil {
+			t.Fatal(err)
+		}
+		chartVersions = append(chartVersions, rel.Runtime.ChartVersion)
+	}
+	// The real runtime chart, as published (../shared/upstream), served
+	// the way an operator's mirror serves it.
+	charts := gitopstest.ServeUpstreamOCI(t, chartVersions...)
+	e.chartRepository = charts
+	// Bundles are signed, as a vendor signs them: the key is made
+	// once where 'bundle create' finds it; the public key is what
+	// every configuration trusts (spec.trust) and push is given.
+	e.signingKeys(filepath.Join(dir, "keys"))
+	for _, v := range versions {
+		b := filepath.Join(dir, "platform-"+v+".bundle")
+		out := e.onprem("bundle", "create", "--version", v, "--oci-layout", layoutDir,
+			"--chart-repository", charts, "--chart-plain-http", "-o", b)
+		if !strings.Contains(out, "signed with key sha256:") || !strings.Contains(out, "images signed with the bundle's key") {
+			t.Fatalf("bundle create did not sign: %s", out)
+		}
+		e.onprem("bundle", "push", b, "--registry", e.registry+"/onprem", "--insecure", "--public-key", e.publicKeyFile)
+		bundles[v] = b
+	}
+	return bundles
 }
 
 // releaseImages names the built images as every image of rel: the
