@@ -83,8 +83,11 @@ type MoveResult struct {
 	// Backup is the backup that carried the data (deleted once the move
 	// succeeded).
 	Backup string `json:"backup"`
-	// Downtime is how long the services were stopped.
+	// Downtime is how long the services were stopped: from their stop
+	// until the install's apply has them ready in their new form.
 	Downtime time.Duration `json:"downtime"`
+	// stopped is when the services stopped.
+	stopped time.Time
 }
 
 // availabilityMove moves installed databases between a single server and a
@@ -92,8 +95,9 @@ type MoveResult struct {
 // stop (nothing writes any more), every database is backed up to a file on
 // this machine and read back, the moving databases' StatefulSets and
 // volumes are deleted, the databases are applied in their new form with
-// their users provisioned, the moved databases' data is restored into them
-// and the services start again. No write a service acknowledged is lost:
+// their users provisioned, and the moved databases' data is restored into
+// them; the services stay stopped for the install's apply, which starts
+// them once, in their new form. No write a service acknowledged is lost:
 // none is accepted between the backup and the restore. Killed at any
 // step, the next install finishes it from MoveSecret.
 type availabilityMove struct {
@@ -201,18 +205,22 @@ func (m *availabilityMove) run(ctx context.Context) (*MoveResult, error) {
 		}}); err != nil {
 		return out, fmt.Errorf("restoring the moved databases from %s: %w", file, err)
 	}
-	m.log("starting the services")
-	if _, err := backup.StartServices(ctx, m.cl.Client, m.ns, m.timeout); err != nil {
+	// The services are not started here in their old form only to be
+	// rolled by the install's apply a minute later: they stay at zero,
+	// and the apply that follows starts them once, in their new form
+	// (their replicas and their new settings), and waits for them.
+	m.log("the services start with the install's apply, in their new form")
+	if _, err := backup.ReleaseServices(ctx, m.cl.Client, m.ns); err != nil {
 		return out, err
 	}
-	out.Downtime = time.Since(stopped)
+	out.stopped = stopped
 	if err := secrets.Delete(ctx, MoveSecret, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return out, fmt.Errorf("the move is done but its record (Secret %s/%s) was not deleted: %w", m.ns, MoveSecret, err)
 	}
 	if err := os.Remove(file); err != nil && !errors.Is(err, os.ErrNotExist) {
 		m.log("the move's backup was not deleted", "file", file, "error", err)
 	}
-	m.log("done", "databases", strings.Join(engines, ", "), "services stopped for", out.Downtime.Round(time.Second))
+	m.log("done", "databases", strings.Join(engines, ", "), "took", time.Since(stopped).Round(time.Second))
 	return out, nil
 }
 

@@ -239,6 +239,10 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		upgrade.Record(st, res, arep)
 	}
 	out.Elapsed = time.Since(start)
+	if out.Move != nil && aerr == nil {
+		// The move left the services stopped for this apply to start.
+		out.Move.Downtime = time.Since(out.Move.stopped)
+	}
 	if aerr != nil {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 			aerr = fmt.Errorf("%w: %w", aerr, cause)

@@ -106,6 +106,36 @@ func StartServices(ctx context.Context, c kubernetes.Interface, ns string, timeo
 	return started, nil
 }
 
+// ReleaseServices undoes StopServices without starting the services: the
+// note of their replicas goes (they stay at zero) and the scheduled backups
+// resume. It is for a caller that applies the services next in another
+// form (the move between spec.availability single and high): the apply
+// sets their replicas and their new pod template at once, so they start
+// once, in the form they keep, instead of starting in the old form only
+// to be rolled. The apply sees a Deployment at zero as drifted from its
+// release and repairs it even when nothing else of it changed.
+func ReleaseServices(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error) {
+	list, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the services' deployments: %w", err)
+	}
+	var released []string
+	for _, d := range list.Items {
+		if _, ok := d.Annotations[ReplicasAnnotation]; !ok {
+			continue
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, ReplicasAnnotation)
+		if _, err := c.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "onprem-restore"}); err != nil {
+			return released, fmt.Errorf("releasing deployment %s: %w", d.Name, err)
+		}
+		released = append(released, d.Name)
+	}
+	if _, err := resumeSchedules(ctx, c, ns); err != nil {
+		return released, err
+	}
+	return released, nil
+}
+
 func available(d *appsv1.Deployment) bool {
 	want := int32(1)
 	if d.Spec.Replicas != nil {

@@ -147,3 +147,36 @@ func TestAvailable(t *testing.T) {
 }
 
 func i32(n int32) *int32 { return &n }
+
+// ReleaseServices removes StopServices' note and gives the scheduled
+// backups back, but starts nothing: the Deployments stay at zero for the
+// apply that follows, and those it did not stop are left alone.
+func TestReleaseServicesLeavesThemAtZero(t *testing.T) {
+	c := fake.NewClientset(
+		deployment("api", "pipelines-api", i32(2), nil),
+		deployment("untouched", "gitops-api", i32(3), nil),
+		cronJob("onprem-backup", nil, nil),
+	)
+	if _, err := StopServices(context.Background(), c, "platform", []string{"pipelines-api"}); err != nil {
+		t.Fatal(err)
+	}
+	released, err := ReleaseServices(context.Background(), c, "platform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(released, []string{"api"}) {
+		t.Errorf("released %v, want [api]", released)
+	}
+	for name, want := range map[string]int32{"api": 0, "untouched": 3} {
+		d := getDeployment(t, c, name)
+		if *d.Spec.Replicas != want {
+			t.Errorf("%s: replicas %d, want %d", name, *d.Spec.Replicas, want)
+		}
+		if _, ok := d.Annotations[ReplicasAnnotation]; ok {
+			t.Errorf("%s: the note is still there", name)
+		}
+	}
+	if cj := getCronJob(t, c, "onprem-backup"); suspended(cj) {
+		t.Error("the scheduled backup is still suspended")
+	}
+}
