@@ -82,52 +82,53 @@
 //     disaster recovery (recovery_test.go), after which status shows the
 //     backup restored from as a successful backup and the restore as the
 //     last operation;
-//  10. on that second cluster (a control plane and three workers, a lost
-//     node NotReady after 16 s), `onprem uninstall` leaves the
-//     PersistentVolumeClaims (the runner and the runtime stay, their pods
-//     scaled to zero: the HA step measures the platform, on two cores);
-//     then high availability (ha_test.go): the volumes deleted, 2.8.0
-//     installed afresh with one server per database (MongoDB external: a
-//     FerretDB on this machine, since the ring has no MongoDB with replica
-//     sets), records written to PostgreSQL and MongoDB and a key to Redis;
-//     then `availability: high` set and `onprem install` run: `onprem
-//     diff` names the three moves first, install moves PostgreSQL,
-//     RabbitMQ and Redis to their replicated forms, and every record and
-//     the key are read back; every database member on a node of its own;
-//     the members' peer ports (Patroni's REST API, the Sentinels, Erlang's
-//     distribution and epmd) refused to an unlabelled pod and to the
-//     services, their client ports open only to their clients; `onprem
-//     rotate credentials --all` under traffic (no request fails, each old
-//     password refused and each new one accepted on every member); then
-//     the node of the PostgreSQL primary, after it is back that of the
-//     Redis master, then that of the leader of pipelines-api's quorum
-//     queue (started again only once the other RabbitMQ members saw it
-//     stopped), killed (docker kill) while records are written and
-//     services asked for their databases through the ingress controller
-//     and records written to PostgreSQL through audit-manager: another
-//     member leads, the platform serves again (the time and each cause's
-//     last failure are logged and written to the timing file), every
-//     write acknowledged before and during the loss is read back, `onprem
-//     doctor` names the database that runs a member short, and the node's
-//     pods are all ready again once it starts; then the bundle of a patch
-//     release of 2.8.0 that no onprem embeds (every platform image new,
-//     the databases' replicated ones among them), made with the library
-//     behind `bundle create`, signed and pushed, and `onprem upgrade
-//     apply` to it while every worker is cordoned, drained as kubectl
-//     drain does and uncordoned in turn (haupgrade_test.go), under the
-//     same traffic: the upgrade succeeds, every member runs the new image,
-//     no acknowledged write or confirmed message is lost, the changes of
-//     primary and master are bounded, and no request to the services
-//     fails (the endpoints' changes are logged beside a failure); last, a
-//     support bundle of the replicated platform holds no secret value;
+//  10. on that second cluster (a control plane and three workers),
+//     `onprem uninstall` leaves the PersistentVolumeClaims;
 //  11. writes the timing figures (per component apply-to-Ready, total
 //     install time, the true critical path and the ratio between them,
 //     requests sent and failed during each upgrade and the re-run) to a
 //     file it prints.
 //
+// TestHighAvailability (ha_test.go, `make e2e-ha`, not in CI's run: see
+// docs/testing.md) builds the same way, then, on a cluster of its own (a
+// control plane and three workers, a lost node NotReady after 16 s):
+// 2.8.0 installed with one server per database (MongoDB external: a
+// FerretDB on this machine, since the ring has no MongoDB with replica
+// sets), records written to PostgreSQL and MongoDB and a key to Redis;
+// then `availability: high` set and `onprem install` run: `onprem diff`
+// names the three moves first, install moves PostgreSQL, RabbitMQ and
+// Redis to their replicated forms, and every record and the key are read
+// back; every database member on a node of its own; the members' peer
+// ports (Patroni's REST API, the Sentinels, Erlang's distribution and
+// epmd) refused to an unlabelled pod and to the services, their client
+// ports open only to their clients; `onprem rotate credentials --all`
+// under traffic (no request fails, each old password refused and each
+// new one accepted on every member); then the node of the PostgreSQL
+// primary, after it is back that of the Redis master, then that of the
+// leader of pipelines-api's quorum queue (started again only once the
+// other RabbitMQ members saw it stopped), killed (docker kill) while
+// records are written and services asked for their databases through
+// the ingress controller and records written to PostgreSQL through
+// audit-manager: another member leads, the platform serves again (the
+// time and each cause's last failure are logged and written to the timing
+// file), every write acknowledged before and during the loss is read
+// back, `onprem doctor` names the database that runs a member short, and
+// the node's pods are all ready again once it starts; then the bundle of
+// a patch release of 2.8.0 that no onprem embeds (every platform image
+// new, the databases' replicated ones among them), made with the library
+// behind `bundle create`, signed and pushed, and `onprem upgrade apply`
+// to it while every worker is cordoned, drained as kubectl drain does
+// and uncordoned in turn (haupgrade_test.go), under the same traffic:
+// the upgrade succeeds, every member runs the new image, no acknowledged
+// write or confirmed message is lost, the changes of primary and master
+// are bounded, and no request to the services fails (the endpoints'
+// changes are logged beside a failure); last, a support bundle of the
+// replicated platform holds no secret value. Its figures go to
+// $ONPREM_CACHE/e2e/high-availability-timing.txt.
+//
 // A failed step leaves a support bundle of the cluster in
 // $ONPREM_CACHE/e2e/support-bundles. The cluster is deleted at the end,
 // also when the test fails, unless
 // ONPREM_E2E_KEEP=1. ONPREM_SKIP_KIND=1 skips the test (CI never sets it).
-// Run it with `make e2e`.
+// Run them with `make e2e` and `make e2e-ha`.
 package platform

@@ -5,7 +5,6 @@ package platform
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"onprem.dev/onprem/e2e/images"
@@ -49,14 +47,6 @@ const (
 	platformPrefix = "quay.io/codefresh"
 )
 
-// OnlyEnv, set to OnlyHighAvailability, runs the high-availability part
-// of TestPlatform alone, on a cluster of its own (about a third of the
-// whole test's time): for a developer working on it. CI never sets it.
-const (
-	OnlyEnv              = "ONPREM_E2E_ONLY"
-	OnlyHighAvailability = "high-availability"
-)
-
 func TestPlatform(t *testing.T) {
 	if os.Getenv(kindcluster.SkipEnv) == "1" {
 		t.Skipf("%s=1: the kind end-to-end test is skipped", kindcluster.SkipEnv)
@@ -67,48 +57,7 @@ func TestPlatform(t *testing.T) {
 	t0 := time.Now()
 	e.logStep("start", 0, "TestPlatform")
 
-	e.step("build the onprem binary", func() { e.bin = buildOnprem(t, dir) })
-
-	e.step("build the images and the kind node image", func() {
-		// Every image, those of spec.availability high too (the
-		// high-availability step).
-		pre, err := prebuild.Kind(ctx, prebuild.Options{Log: t.Logf, Images: images.Names()})
-		if err != nil {
-			t.Fatalf("building the images and the kind toolchain: %v", err)
-		}
-		e.built = pre.Images
-	})
-
-	set, err := release.Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if only := os.Getenv(OnlyEnv); only != "" {
-		if only != OnlyHighAvailability {
-			t.Fatalf("%s=%q: the only part that runs alone is %q", OnlyEnv, only, OnlyHighAvailability)
-		}
-		// The high-availability part alone, on a cluster of its own
-		// shape, from the bundle of the version it installs: what a
-		// developer reruns while working on it. CI runs the whole test.
-		e.step("create the kind cluster with "+fmt.Sprint(haWorkers)+" workers", func() {
-			e.cluster = kindcluster.Start(t, kindcluster.WithStartTimeout(10*time.Minute),
-				kindcluster.WithWorkers(haWorkers), kindcluster.WithNodeGracePeriod(haNodeGrace))
-			e.kubeconfig = e.cluster.Kubeconfig
-		})
-		e.step("start a registry the nodes can reach", func() {
-			e.startRegistry(ctx, e.cluster.Name+"-control-plane")
-			// The whole test's namespace outlives its uninstall; the
-			// external MongoDB's Secret goes there before the install.
-			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-			if _, err := e.cluster.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		})
-		var bundles map[string]string
-		e.step("bundle create and bundle push", func() { bundles = e.makeBundles(set, []string{last}) })
-		e.highAvailability(ctx, last, bundles[last])
-		return
-	}
+	set := e.build(ctx)
 
 	e.step("create the kind cluster", func() {
 		e.cluster = kindcluster.Start(t, kindcluster.WithStartTimeout(10*time.Minute))
@@ -419,12 +368,30 @@ func TestPlatform(t *testing.T) {
 		}
 	})
 
-	e.highAvailability(ctx, last, bundles[last])
-
 	e.timing.total = time.Since(t0)
 	e.timing.steps = e.steps
-	path, text := e.timing.write(t)
+	path, text := e.timing.write(t, "platform-timing.txt")
 	t.Logf("timing figures (%s):\n%s", path, text)
+}
+
+// build builds the onprem binary, every image (those of spec.availability
+// high too: both tests share one cache) and the kind toolchain, and
+// returns the releases onprem embeds.
+func (e *env) build(ctx context.Context) *release.Set {
+	t := e.t
+	e.step("build the onprem binary", func() { e.bin = buildOnprem(t, e.dir) })
+	e.step("build the images and the kind node image", func() {
+		pre, err := prebuild.Kind(ctx, prebuild.Options{Log: t.Logf, Images: images.Names()})
+		if err != nil {
+			t.Fatalf("building the images and the kind toolchain: %v", err)
+		}
+		e.built = pre.Images
+	})
+	set, err := release.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }
 
 // startRegistry starts the registry the e2e pushes its bundles to, on this

@@ -116,9 +116,9 @@ func criticalPath(weight map[string]time.Duration, deps map[string][]string) ([]
 	return chain, best[end]
 }
 
-// write writes the figures to $ONPREM_CACHE/e2e/platform-timing.txt (the
-// checkout of a CI run is thrown away) and returns the path and the text.
-func (tm *timing) write(t *testing.T) (string, string) {
+// write writes the figures to $ONPREM_CACHE/e2e/NAME (the checkout of a
+// CI run is thrown away) and returns the path and the text.
+func (tm *timing) write(t *testing.T, name string) (string, string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "onprem kind e2e, %s\n\n", time.Now().UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "install of %s, time from apply to Ready per component (apply order):\n", tm.version)
@@ -169,7 +169,7 @@ func (tm *timing) write(t *testing.T) (string, string) {
 		fmt.Fprintf(&b, "  %-55s %7.1f s\n", s.Name, s.Took.Seconds())
 	}
 	fmt.Fprintf(&b, "whole test: %.1f s\n", tm.total.Seconds())
-	path := filepath.Join(outputDir(), "platform-timing.txt")
+	path := filepath.Join(outputDir(), name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Errorf("timing file: %v", err)
 	} else if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
