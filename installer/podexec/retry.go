@@ -84,7 +84,7 @@ func retryStart(ctx context.Context, what string, stdin io.Reader, attempt func(
 		slog.Warn("the container runtime did not start a command; trying it again", "command", what, "try", n+1, "in", wait, "err", err)
 		select {
 		case <-ctx.Done():
-			return err
+			return fmt.Errorf("%w (not tried again: %w)", err, context.Cause(ctx))
 		case <-time.After(wait):
 		}
 		wait *= 2

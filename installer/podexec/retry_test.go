@@ -130,6 +130,22 @@ func TestRetryStartBounded(t *testing.T) {
 	}
 }
 
+// A command whose context ends while it waits to be tried again is not
+// tried again, and the error says both why it failed and why it stopped.
+func TestRetryStartStopsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tries := 0
+	err := retryStart(ctx, "sh -c script in onprem/redis-0 (container redis)", nil, func(io.Reader) error {
+		tries++
+		cancel()
+		return &StartError{msg: loadTaskFailure}
+	})
+	var se *StartError
+	if tries != 1 || !errors.As(err, &se) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not tried again") {
+		t.Errorf("%d tries, error %v; want 1, the runtime's error and the cancellation", tries, err)
+	}
+}
+
 // A stale read of a failed try (the stream's copier still running) takes
 // nothing from the next try's input.
 func TestRecorderDetachedReadsNothing(t *testing.T) {
