@@ -66,27 +66,8 @@ func StopServices(ctx context.Context, c kubernetes.Interface, ns string, compon
 // stopped its replicas back, resumes the scheduled backup (the data is
 // back), and waits until the services are available.
 func StartServices(ctx context.Context, c kubernetes.Interface, ns string, timeout time.Duration) ([]string, error) {
-	list, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	started, err := endStop(ctx, c, ns, true)
 	if err != nil {
-		return nil, err
-	}
-	var started []string
-	for _, d := range list.Items {
-		replicas, ok := d.Annotations[ReplicasAnnotation]
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(replicas)
-		if err != nil || n < 0 {
-			n = 1
-		}
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"replicas":%d}}`, ReplicasAnnotation, n)
-		if _, err := c.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "onprem-restore"}); err != nil {
-			return started, fmt.Errorf("starting deployment %s again: %w", d.Name, err)
-		}
-		started = append(started, d.Name)
-	}
-	if _, err := resumeSchedules(ctx, c, ns); err != nil {
 		return started, err
 	}
 	var waiting []string
@@ -115,25 +96,41 @@ func StartServices(ctx context.Context, c kubernetes.Interface, ns string, timeo
 // to be rolled. The apply sees a Deployment at zero as drifted from its
 // release and repairs it even when nothing else of it changed.
 func ReleaseServices(ctx context.Context, c kubernetes.Interface, ns string) ([]string, error) {
+	return endStop(ctx, c, ns, false)
+}
+
+// endStop removes StopServices' note from every Deployment of namespace
+// that carries it, giving back the replicas it noted when start is set
+// (zero stays otherwise), and resumes the scheduled backups. It returns
+// the Deployments it changed.
+func endStop(ctx context.Context, c kubernetes.Interface, ns string, start bool) ([]string, error) {
 	list, err := c.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("listing the services' deployments: %w", err)
 	}
-	var released []string
+	var changed []string
 	for _, d := range list.Items {
-		if _, ok := d.Annotations[ReplicasAnnotation]; !ok {
+		replicas, ok := d.Annotations[ReplicasAnnotation]
+		if !ok {
 			continue
 		}
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, ReplicasAnnotation)
-		if _, err := c.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "onprem-restore"}); err != nil {
-			return released, fmt.Errorf("releasing deployment %s: %w", d.Name, err)
+		if start {
+			n, err := strconv.Atoi(replicas)
+			if err != nil || n < 0 {
+				n = 1
+			}
+			patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"replicas":%d}}`, ReplicasAnnotation, n)
 		}
-		released = append(released, d.Name)
+		if _, err := c.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "onprem-restore"}); err != nil {
+			return changed, fmt.Errorf("ending the stop of deployment %s: %w", d.Name, err)
+		}
+		changed = append(changed, d.Name)
 	}
 	if _, err := resumeSchedules(ctx, c, ns); err != nil {
-		return released, err
+		return changed, err
 	}
-	return released, nil
+	return changed, nil
 }
 
 func available(d *appsv1.Deployment) bool {
