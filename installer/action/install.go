@@ -239,9 +239,13 @@ func (i *Install) Run(ctx context.Context) (*InstallResult, error) {
 		upgrade.Record(st, res, arep)
 	}
 	out.Elapsed = time.Since(start)
-	if out.Move != nil && aerr == nil {
+	if out.Move != nil {
 		// The move left the services stopped for this apply to start.
-		out.Move.Downtime = time.Since(out.Move.stopped)
+		if aerr == nil {
+			out.Move.Downtime = time.Since(out.Move.stopped)
+		} else {
+			aerr = fmt.Errorf("%w (the databases were moved and hold their data; the services stay stopped until an install succeeds: fix the cause and run onprem install again, which starts them)", aerr)
+		}
 	}
 	if aerr != nil {
 		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
