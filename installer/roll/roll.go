@@ -117,6 +117,12 @@ func Pending(s *appsv1.StatefulSet, pods []corev1.Pod, isPrimary func(*corev1.Po
 		}
 	}
 	if len(stale) == 0 {
+		// Every member is ready and current; done once the controller
+		// counts them too, so that what status and kubectl show right
+		// after agrees (its count lags the pods' by a moment).
+		if s.Status.ReadyReplicas < want {
+			return fmt.Sprintf("its controller counts %d of %d pods ready", s.Status.ReadyReplicas, want), nil
+		}
 		return "", nil
 	}
 	// Replicas first, highest ordinal first (as a rolling update would);

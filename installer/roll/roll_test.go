@@ -32,6 +32,7 @@ func statefulSet(strategy appsv1.StatefulSetUpdateStrategyType) *appsv1.Stateful
 	s.Spec.UpdateStrategy.Type = strategy
 	s.Status.ObservedGeneration = 2
 	s.Status.UpdateRevision = "postgresql-new"
+	s.Status.ReadyReplicas = three
 	return s
 }
 
@@ -208,6 +209,22 @@ func TestRollWaitsForEveryMember(t *testing.T) {
 				t.Errorf("evicted %q while a member was down", got)
 			}
 		})
+	}
+}
+
+// Every member current and ready, but the controller has not counted
+// them all yet: the roll waits for its count, evicting nothing, and says
+// so at the deadline.
+func TestRollWaitsForTheControllersCount(t *testing.T) {
+	s := statefulSet(appsv1.OnDeleteStatefulSetStrategyType)
+	s.Status.ReadyReplicas = 2
+	c := newCluster(t, s, member(0, "postgresql-new", true), member(1, "postgresql-new", false), member(2, "postgresql-new", false))
+	_, err := roll(t, c, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "its controller counts 2 of 3 pods ready") {
+		t.Errorf("error %v, want one that says the controller counts 2 of 3", err)
+	}
+	if got := c.order(); got != "" {
+		t.Errorf("evicted %q", got)
 	}
 }
 
