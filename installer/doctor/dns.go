@@ -23,11 +23,9 @@ var clusterDNS = Analyzer{
 			return nil // not collected, or not a DNS onprem knows
 		}
 		lost := map[string]bool{}
-		for _, n := range in.S.Cluster.Nodes {
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-					lost[n.Name] = true
-				}
+		for i := range in.S.Cluster.Nodes {
+			if n := &in.S.Cluster.Nodes[i]; topology.NodeLost(n) != "" {
+				lost[n.Name] = true
 			}
 		}
 		ready := 0

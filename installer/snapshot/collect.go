@@ -833,17 +833,9 @@ func lostNodes(ctx context.Context, c kubernetes.Interface) map[string]string {
 	if err != nil {
 		return lost
 	}
-	for _, n := range nodes.Items {
-		for _, cond := range n.Status.Conditions {
-			if cond.Type != corev1.NodeReady {
-				continue
-			}
-			switch cond.Status {
-			case corev1.ConditionFalse:
-				lost[n.Name] = "not Ready"
-			case corev1.ConditionUnknown:
-				lost[n.Name] = "unreachable (Ready Unknown)"
-			}
+	for i := range nodes.Items {
+		if how := topology.NodeLost(&nodes.Items[i]); how != "" {
+			lost[nodes.Items[i].Name] = how
 		}
 	}
 	return lost

@@ -358,6 +358,26 @@ func PodReady(p *corev1.Pod) bool {
 	return false
 }
 
+// NodeLost says how node n is lost: "not Ready" (its Ready condition
+// False), "unreachable (Ready Unknown)" (the node controller heard nothing
+// from its kubelet), or "" when it is Ready or carries no Ready condition
+// at all (nothing known against it).
+func NodeLost(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		switch c.Status {
+		case corev1.ConditionTrue:
+			return ""
+		case corev1.ConditionUnknown:
+			return "unreachable (Ready Unknown)"
+		}
+		return "not Ready"
+	}
+	return ""
+}
+
 // IsPrimary says whether pod is the member that serves writes of a
 // replicated PostgreSQL (Patroni's role label: master or primary) or Redis
 // (its keeper's role label: master), as its labels say. A pod of neither,

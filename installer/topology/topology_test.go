@@ -242,3 +242,28 @@ func TestRedisFromObjects(t *testing.T) {
 		t.Errorf("single: %+v", top)
 	}
 }
+
+// A node is lost when its Ready condition is False or Unknown; one that
+// is Ready, or carries no Ready condition, is not (whatever its other
+// conditions say).
+func TestNodeLost(t *testing.T) {
+	node := func(conds ...corev1.NodeCondition) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: corev1.NodeStatus{Conditions: conds}}
+	}
+	pressure := corev1.NodeCondition{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionTrue}
+	for _, c := range []struct {
+		name string
+		n    *corev1.Node
+		want string
+	}{
+		{"ready", node(pressure, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue}), ""},
+		{"not ready", node(corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse}), "not Ready"},
+		{"unknown", node(pressure, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}), "unreachable (Ready Unknown)"},
+		{"no ready condition", node(pressure), ""},
+		{"no condition", node(), ""},
+	} {
+		if got := NodeLost(c.n); got != c.want {
+			t.Errorf("%s: NodeLost = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
