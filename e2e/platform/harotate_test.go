@@ -39,7 +39,11 @@ func (e *env) rotateReplicated(ctx context.Context, records map[string]string) {
 	time.Sleep(5 * time.Second)
 	t0 := time.Now()
 	var creds action.RotateCredentialsResult
-	e.onpremJSON(&creds, "rotate", "credentials", "--all", "--namespace", namespace, "--kubeconfig", e.kubeconfig, "--timeout", "6m")
+	// Ten services of two replicas each restart at once; on the 2-core
+	// machine a replaced pod stays Terminating for minutes while
+	// containerd catches up (6m was not enough there), so each workload
+	// gets 15m. The bound is the machine's, not the rotation's goal.
+	e.onpremJSON(&creds, "rotate", "credentials", "--all", "--namespace", namespace, "--kubeconfig", e.kubeconfig, "--timeout", "15m")
 	took := time.Since(t0)
 	time.Sleep(afterRotation)
 	written := rt.stopWriting()
