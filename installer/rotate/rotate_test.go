@@ -352,7 +352,7 @@ func TestRolloutWaitRollsOnDelete(t *testing.T) {
 	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "postgresql", Namespace: ns, Generation: 2},
 		Spec: appsv1.StatefulSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "postgresql"}},
 			UpdateStrategy: appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}},
-		Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, UpdateRevision: "new", CurrentRevision: "old"}}
+		Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, UpdateRevision: "new", CurrentRevision: "old", ReadyReplicas: 1}}
 	member := func(rev string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "postgresql-0", Namespace: ns, UID: "uid-" + k8stypes.UID(rev),
 			Labels:          map[string]string{"app": "postgresql", appsv1.ControllerRevisionHashLabelKey: rev},
