@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -463,9 +464,12 @@ func TestBundleSBOMLayerCache(t *testing.T) {
 		f.byRef[ref] = imageOf(t, base, tarLayer(map[string]string{"srv/own": strconv.Itoa(i)}))
 	}
 	cache := sbom.LayerCache{Dir: t.TempDir()}
+	// One creation time for both: an SBOM carries it, and two bundles
+	// made a second apart would differ by it alone.
+	created := time.Now()
 	create := func() (string, *CreateResult) {
 		out := filepath.Join(t.TempDir(), "platform.bundle")
-		res, err := Create(context.Background(), CreateOptions{Release: f.rel, Output: out, Source: f.memorySource(), PlatformImages: f.platformImages, SBOMCache: cache})
+		res, err := Create(context.Background(), CreateOptions{Release: f.rel, Output: out, Source: f.memorySource(), PlatformImages: f.platformImages, SBOMCache: cache, Created: created})
 		if err != nil {
 			t.Fatal(err)
 		}
