@@ -29,7 +29,6 @@ import (
 	"onprem.dev/onprem/installer/diff"
 	"onprem.dev/onprem/installer/podexec"
 	"onprem.dev/onprem/installer/state"
-	"onprem.dev/onprem/installer/topology"
 	"onprem.dev/onprem/preflight"
 )
 
@@ -106,16 +105,7 @@ func TestInstallMovesSingleToHigh(t *testing.T) {
 					}
 				}
 			}
-			// Patroni and the Redis keepers name their members' roles:
-			// here the first member of each is the primary.
-			for pod, label := range map[string]string{"postgresql-0": topology.RoleLabel, "redis-0": topology.RedisRoleLabel} {
-				role := "primary"
-				if pod == "redis-0" {
-					role = "master"
-				}
-				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, role)
-				_, _ = c.Client.CoreV1().Pods(ns).Patch(kctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-			}
+			labelFirstMembers(kctx, c.Client, ns)
 		}
 	}()
 

@@ -48,10 +48,17 @@ type backedUp struct {
 
 func installWithData(t *testing.T) *backedUp {
 	t.Helper()
+	return installWithDataOn(t, smallPlatform)
+}
+
+// installWithDataOn is installWithData with the configuration's spec body
+// and the cluster's options.
+func installWithDataOn(t *testing.T, body string, opts ...testcluster.Option) *backedUp {
+	t.Helper()
 	ctx := context.Background()
-	b := &backedUp{c: testcluster.Start(t), servers: backuptest.Start(t), records: map[string]string{"build-1": "green", "build-2": "red"}}
+	b := &backedUp{c: testcluster.Start(t, opts...), servers: backuptest.Start(t), records: map[string]string{"build-1": "green", "build-2": "red"}}
 	b.exec = backuptest.NewExec(t, b.servers)
-	b.src, b.cl = clusterConfig(t, b.c, smallPlatform)
+	b.src, b.cl = clusterConfig(t, b.c, body)
 	if _, err := (&Install{Source: b.src, Cluster: b.cl, Timeout: 2 * time.Minute}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
