@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/state"
 )
@@ -26,33 +27,48 @@ func (t *Target) listed(ctx context.Context) (string, *kube.Cluster, *state.Stat
 	return ns, pc, st, nil
 }
 
-// attachmentKind is what a listing needs of one kind of attachment: how
-// to reach one's cluster, and its status when reached or not.
-type attachmentKind[S any] struct {
-	connect     func(ctx context.Context, name string, platform kube.Options) (*kube.Cluster, error)
-	unreachable func(name string, err error) S
-	observe     func(ctx context.Context, cl *kube.Cluster, name string) S
+// attachmentList lists the attachments of one kind recorded in the
+// installation's state, each with its status on its own cluster
+// (RunnerList, RuntimeList).
+type attachmentList[R, S any] struct {
+	kind *attachmentKind[R, S]
+	Target
+	// Timeout bounds the connection to each one's cluster (default 5 s).
+	Timeout time.Duration
 }
 
-// observeEach is the status of each named attachment, each on its
-// cluster, reached within timeout (default 5 s); one that cannot be
-// reached shows as unreachable. Only a cancelled ctx fails it.
-func observeEach[S any](ctx context.Context, k attachmentKind[S], names []string, platform kube.Options, timeout time.Duration) ([]S, error) {
+// Run lists them (no lock: it only reads): the platform's namespace, the
+// record they were read from and their statuses, by name. One whose
+// cluster cannot be reached shows as unreachable; only a cancelled ctx
+// fails the listing then.
+func (a *attachmentList[R, S]) Run(ctx context.Context) (string, *state.State, []S, error) {
+	k := a.kind
+	ns, pc, st, err := a.Target.listed(ctx)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	timeout := a.Timeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
+	platform := a.Cluster
 	platform.Timeout = timeout
+	connect := k.connectListed
+	if connect == nil {
+		connect = k.connect
+	}
+	records := k.records(st)
 	out := []S{}
-	for _, n := range names {
-		cl, err := k.connect(ctx, n, platform)
+	for _, n := range attachment.Names(records) {
+		cl, err := connect(ctx, n, k.ref(records[n]), platform, pc)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return "", nil, nil, ctx.Err()
 			}
-			out = append(out, k.unreachable(n, err))
+			out = append(out, k.unreachable(st, n, err))
 			continue
 		}
-		out = append(out, k.observe(ctx, cl, n))
+		out = append(out, k.observe(ctx, cl, st, n))
 	}
-	return out, nil
+	return ns, st, out, nil
 }

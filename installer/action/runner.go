@@ -20,6 +20,20 @@ import (
 	"onprem.dev/onprem/installer/state"
 )
 
+// runnerKind is what the attachment verbs need of runners.
+var runnerKind = &attachmentKind[state.Runner, runner.Status]{
+	name:    "runner",
+	records: func(st *state.State) map[string]state.Runner { return st.Runners },
+	ref:     runner.RecordRef,
+	connect: runner.Connect,
+	observe: func(ctx context.Context, cl *kube.Cluster, st *state.State, name string) runner.Status {
+		return runner.Observe(ctx, cl, name, st.Runners[name])
+	},
+	unreachable: func(st *state.State, name string, err error) runner.Status {
+		return runner.Unreachable(name, st.Runners[name], err)
+	},
+}
+
 // RunnerInstall installs a build runner, or converges it when it is already
 // installed at the same place: on the platform's cluster or another one,
 // registered with the platform, at the installed platform version. The
@@ -309,19 +323,7 @@ type RunnerListResult struct {
 
 // Run lists the runners (no lock: it only reads).
 func (a *RunnerList) Run(ctx context.Context) (*RunnerListResult, error) {
-	ns, pc, st, err := a.Target.listed(ctx)
-	if err != nil {
-		return nil, err
-	}
-	runners, err := observeEach(ctx, attachmentKind[runner.Status]{
-		connect: func(ctx context.Context, n string, platform kube.Options) (*kube.Cluster, error) {
-			return runner.Connect(ctx, n, runner.RecordRef(st.Runners[n]), platform, pc)
-		},
-		unreachable: func(n string, err error) runner.Status { return runner.Unreachable(n, st.Runners[n], err) },
-		observe: func(ctx context.Context, cl *kube.Cluster, n string) runner.Status {
-			return runner.Observe(ctx, cl, n, st.Runners[n])
-		},
-	}, runner.Names(st), a.Cluster, a.RunnerTimeout)
+	ns, _, runners, err := (&attachmentList[state.Runner, runner.Status]{kind: runnerKind, Target: a.Target, Timeout: a.RunnerTimeout}).Run(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,21 @@ import (
 	"onprem.dev/onprem/installer/state"
 )
 
+// runtimeKind is what the attachment verbs need of GitOps runtimes.
+var runtimeKind = &attachmentKind[state.Runtime, gitops.Status]{
+	name:    "runtime",
+	records: func(st *state.State) map[string]state.Runtime { return st.Runtimes },
+	ref:     gitops.RecordRef,
+	connect: func(ctx context.Context, name string, ref config.ClusterRef, platform kube.Options, pc *kube.Cluster) (*kube.Cluster, error) {
+		return gitops.Connect(ctx, "runtime "+name+": its cluster", ref, platform, pc)
+	},
+	connectListed: func(ctx context.Context, name string, ref config.ClusterRef, platform kube.Options, pc *kube.Cluster) (*kube.Cluster, error) {
+		return gitops.Connect(ctx, "runtime "+name, ref, platform, pc)
+	},
+	observe:     gitops.Observe,
+	unreachable: gitops.Unreachable,
+}
+
 // RuntimeFetch says where runtime charts come from and how Git hosts are
 // reached; the zero value fetches the release's chart from its repository.
 type RuntimeFetch struct {
@@ -301,19 +316,7 @@ type RuntimeListResult struct {
 
 // Run lists the runtimes (no lock: it only reads).
 func (a *RuntimeList) Run(ctx context.Context) (*RuntimeListResult, error) {
-	ns, pc, st, err := a.Target.listed(ctx)
-	if err != nil {
-		return nil, err
-	}
-	runtimes, err := observeEach(ctx, attachmentKind[gitops.Status]{
-		connect: func(ctx context.Context, n string, platform kube.Options) (*kube.Cluster, error) {
-			return gitops.Connect(ctx, "runtime "+n, gitops.RecordRef(st.Runtimes[n]), platform, pc)
-		},
-		unreachable: func(n string, err error) gitops.Status { return gitops.Unreachable(st, n, err) },
-		observe: func(ctx context.Context, cl *kube.Cluster, n string) gitops.Status {
-			return gitops.Observe(ctx, cl, st, n)
-		},
-	}, gitops.Names(st), a.Cluster, a.RuntimeTimeout)
+	ns, st, runtimes, err := (&attachmentList[state.Runtime, gitops.Status]{kind: runtimeKind, Target: a.Target, Timeout: a.RuntimeTimeout}).Run(ctx)
 	if err != nil {
 		return nil, err
 	}
