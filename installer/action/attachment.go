@@ -2,7 +2,10 @@ package action
 
 import (
 	"context"
+	"time"
 
+	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/state"
@@ -12,10 +15,10 @@ import (
 // beside the platform, on its cluster or another one, and records in the
 // installation's state: runners, runnerKind; GitOps runtimes,
 // runtimeKind) as the attachment verbs see it: R is its record in the
-// state, S its status in a listing. The verbs (attachmentList) hold the
-// flow, the messages and the exit codes every kind shares; a kind gives
-// them this, and keeps its own rules in its own package
-// (installer/runner, installer/gitops).
+// state, S its status in a listing. The verbs (attachmentList,
+// attachmentUninstall) hold the flow, the messages and the exit codes
+// every kind shares; a kind gives them this, and keeps its own rules in
+// its own package (installer/runner, installer/gitops).
 type attachmentKind[R, S any] struct {
 	// name names the kind in messages, in its commands ('onprem NAME
 	// uninstall') and in its flags (--NAME-kubeconfig, --NAME-context):
@@ -23,6 +26,9 @@ type attachmentKind[R, S any] struct {
 	name string
 	// records are its records in st, by name.
 	records func(st *state.State) map[string]R
+	// notFound says that no attachment of the kind called name is
+	// recorded in st (an *attachment.NotFoundError).
+	notFound func(st *state.State, name string) error
 	// ref is how a record says the attachment's cluster is reached.
 	ref func(rec R) config.ClusterRef
 	// connect reaches the attachment's cluster by ref (the platform's
@@ -34,4 +40,52 @@ type attachmentKind[R, S any] struct {
 	// unreachable its status when that cluster cannot be reached.
 	observe     func(ctx context.Context, cl *kube.Cluster, st *state.State, name string) S
 	unreachable func(st *state.State, name string, err error) S
+
+	// uninstallPeeked checks an uninstall of name against the record read
+	// before the lock (so that a refusal neither waits for the lock nor
+	// creates the namespace that taking it would), uninstallLocked
+	// against the record read under it; both answer input errors. nil:
+	// the attachment must be recorded (recorded).
+	uninstallPeeked, uninstallLocked func(p *platformSide, name string) error
+	// forgets says what an uninstall with --forget removes, for the hint
+	// given when the attachment's cluster cannot be reached: "the
+	// platform's side", "the record".
+	forgets string
+	// uninstall removes the attachment name: from its cluster cl (nil: it
+	// is forgotten, its cluster left alone), then from the platform's
+	// side p, under the lock. Its errors are marked as the kind marks
+	// them (inputErr).
+	uninstall func(ctx context.Context, p *platformSide, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error)
+}
+
+// recorded refuses, with the kind's not-found input error, an attachment
+// name that p's record does not hold.
+func (k *attachmentKind[R, S]) recorded(p *platformSide, name string) error {
+	if _, ok := k.records(p.State)[name]; !ok {
+		return inputErr(k.notFound(p.State, name))
+	}
+	return nil
+}
+
+// platformSide is the platform's side of a verb on attachments: its
+// cluster and namespace, the installation's record (State; read under
+// the lock when Store is set) and, when the verb read it, the platform's
+// configuration. Each kind's package has its own type for it
+// (runner.Platform, gitops.Platform).
+type platformSide struct {
+	Cluster      *kube.Cluster
+	Namespace    string
+	Store        *state.Store
+	State        *state.State
+	Installation *config.Installation
+}
+
+// clusterRef is how an attachment's cluster is reached: by override when
+// it is given (a kubeconfig path or a context name may differ on this
+// machine from the ones recorded), else as recorded.
+func clusterRef(recorded, override config.ClusterRef) config.ClusterRef {
+	if !override.IsPlatformCluster() {
+		return override
+	}
+	return recorded
 }

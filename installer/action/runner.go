@@ -32,6 +32,21 @@ var runnerKind = &attachmentKind[state.Runner, runner.Status]{
 	unreachable: func(st *state.State, name string, err error) runner.Status {
 		return runner.Unreachable(name, st.Runners[name], err)
 	},
+	notFound: func(st *state.State, name string) error { return runner.NotFound(st, name) },
+	forgets:  "the platform's side",
+	uninstall: func(ctx context.Context, p *platformSide, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error) {
+		res, err := runner.Uninstall(ctx, runnerPlatform(p), name, cl, runner.Options{Timeout: timeout, Reporter: reporter})
+		var ce *attachment.ConflictError
+		if errors.As(err, &ce) {
+			return res, inputErr(err)
+		}
+		return res, err
+	},
+}
+
+// runnerPlatform is installer/runner's type for the platform's side.
+func runnerPlatform(p *platformSide) *runner.Platform {
+	return &runner.Platform{Cluster: p.Cluster, Namespace: p.Namespace, Store: p.Store, State: p.State, Installation: p.Installation}
 }
 
 // RunnerInstall installs a build runner, or converges it when it is already
@@ -257,52 +272,8 @@ type RunnerUninstall struct {
 
 // Run uninstalls the runner.
 func (a *RunnerUninstall) Run(ctx context.Context) (*runner.UninstallResult, error) {
-	if a.Name == "" {
-		return nil, inputErr(errors.New("name the runner to uninstall"))
-	}
-	if a.Forget && !a.RunnerCluster.IsPlatformCluster() {
-		return nil, inputErr(errors.New("--forget does not reach the runner's cluster: leave out --runner-kubeconfig and --runner-context"))
-	}
-	ns, err := a.Target.namespace(ctx)
-	if err != nil {
-		return nil, err
-	}
-	conf := configuration(a.Conn, a.Cluster)
-	pc, err := conf.Cluster(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if st, err := peekState(ctx, pc, ns); err != nil {
-		return nil, err
-	} else if _, ok := st.Runners[a.Name]; !ok {
-		return nil, inputErr(runner.NotFound(st, a.Name))
-	}
-	ctx, h, err := conf.lockAndLoad(ctx, ns, "runner uninstall", a.LockWait, a.LockLease)
-	if err != nil {
-		return nil, err
-	}
-	defer h.unlock()
-	rec, ok := h.st.Runners[a.Name]
-	if !ok {
-		return nil, inputErr(runner.NotFound(h.st, a.Name))
-	}
-	p := &runner.Platform{Cluster: pc, Namespace: ns, Store: h.store, State: h.st}
-	var cl *kube.Cluster
-	if !a.Forget {
-		ref := runner.RecordRef(rec)
-		if !a.RunnerCluster.IsPlatformCluster() {
-			ref = a.RunnerCluster
-		}
-		if cl, err = runner.Connect(ctx, a.Name, ref, a.Cluster, pc); err != nil {
-			return nil, fmt.Errorf("%w (if that cluster is gone for good, 'onprem runner uninstall %s --forget' removes the platform's side only)", err, a.Name)
-		}
-	}
-	res, err := runner.Uninstall(ctx, p, a.Name, cl, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
-	var ce *attachment.ConflictError
-	if errors.As(err, &ce) {
-		return res, inputErr(err)
-	}
-	return res, err
+	return (&attachmentUninstall[state.Runner, runner.Status]{kind: runnerKind, Target: a.Target, Name: a.Name, Override: a.RunnerCluster, Forget: a.Forget,
+		Timeout: a.Timeout, LockWait: a.LockWait, LockLease: a.LockLease, Reporter: a.Reporter}).Run(ctx)
 }
 
 // RunnerList lists the runners recorded in the installation's state, each

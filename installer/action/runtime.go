@@ -34,6 +34,19 @@ var runtimeKind = &attachmentKind[state.Runtime, gitops.Status]{
 	},
 	observe:     gitops.Observe,
 	unreachable: gitops.Unreachable,
+	notFound:    func(st *state.State, name string) error { return gitops.NotFound(st, name) },
+	uninstallPeeked: func(p *platformSide, _ string) error {
+		return needRuntimesPlatform(p.Cluster, p.Namespace, p.State)
+	},
+	// The configuration runtime stays while other runtimes use it.
+	uninstallLocked: func(p *platformSide, name string) error {
+		return inputErr(gitops.CheckUninstall(runtimePlatformOf(p), name))
+	},
+	forgets: "the record",
+	uninstall: func(ctx context.Context, p *platformSide, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error) {
+		res, err := gitops.Uninstall(ctx, runtimePlatformOf(p), name, cl, gitops.Options{Timeout: timeout, Reporter: reporter})
+		return res, runtimeErr(err)
+	},
 }
 
 // RuntimeFetch says where runtime charts come from and how Git hosts are
@@ -268,33 +281,8 @@ type RuntimeUninstall struct {
 
 // Run uninstalls the runtime.
 func (a *RuntimeUninstall) Run(ctx context.Context) (*gitops.UninstallResult, error) {
-	if a.Name == "" {
-		return nil, inputErr(errors.New("name the runtime to uninstall"))
-	}
-	if a.Forget && !a.RuntimeCluster.IsPlatformCluster() {
-		return nil, inputErr(errors.New("--forget does not reach the runtime's cluster: leave out --runtime-kubeconfig and --runtime-context"))
-	}
-	h, p, pc, err := a.Target.openRuntimes(ctx, "runtime uninstall", a.LockWait, a.LockLease)
-	if err != nil {
-		return nil, err
-	}
-	defer h.unlock()
-	ctx = h.ctx
-	if err := gitops.CheckUninstall(p, a.Name); err != nil {
-		return nil, inputErr(err)
-	}
-	var cl *kube.Cluster
-	if !a.Forget {
-		ref := gitops.RecordRef(p.State.Runtimes[a.Name])
-		if !a.RuntimeCluster.IsPlatformCluster() {
-			ref = a.RuntimeCluster
-		}
-		if cl, err = gitops.Connect(ctx, "runtime "+a.Name+": its cluster", ref, a.Cluster, pc); err != nil {
-			return nil, fmt.Errorf("%w (if that cluster is gone for good, 'onprem runtime uninstall %s --forget' removes the record only)", err, a.Name)
-		}
-	}
-	res, err := gitops.Uninstall(ctx, p, a.Name, cl, gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter})
-	return res, runtimeErr(err)
+	return (&attachmentUninstall[state.Runtime, gitops.Status]{kind: runtimeKind, Target: a.Target, Name: a.Name, Override: a.RuntimeCluster, Forget: a.Forget,
+		Timeout: a.Timeout, LockWait: a.LockWait, LockLease: a.LockLease, Reporter: a.Reporter}).Run(ctx)
 }
 
 // RuntimeList lists the runtimes recorded in the installation's state,
@@ -433,14 +421,23 @@ func (t *Target) openRuntimes(ctx context.Context, verb string, wait, lease time
 	}
 	if st, err := peekState(ctx, pc, ns); err != nil {
 		return nil, nil, nil, err
-	} else if st.Version == "" {
-		return nil, nil, nil, inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s: install it first with 'onprem install', or point --kubeconfig/--context at the platform's cluster", ns, pc.Server))
+	} else if err := needRuntimesPlatform(pc, ns, st); err != nil {
+		return nil, nil, nil, err
 	}
 	lctx, h, err := conf.lockAndLoad(ctx, ns, verb, wait, lease)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	return &runtimeHandle{ctx: lctx, unlock: h.unlock}, runtimePlatform(pc, ns, h.store, h.st, nil), pc, nil
+}
+
+// needRuntimesPlatform refuses the record st of namespace ns on cluster
+// pc when it has no platform installed.
+func needRuntimesPlatform(pc *kube.Cluster, ns string, st *state.State) error {
+	if st.Version == "" {
+		return inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s: install it first with 'onprem install', or point --kubeconfig/--context at the platform's cluster", ns, pc.Server))
+	}
+	return nil
 }
 
 // openRuntime is openRuntimes for one recorded runtime, with its cluster
@@ -507,6 +504,11 @@ func runtimeCluster(ctx context.Context, st *state.State, name string, ref confi
 
 func runtimePlatform(pc *kube.Cluster, ns string, store *state.Store, st *state.State, in *config.Installation) *gitops.Platform {
 	return &gitops.Platform{Cluster: pc, Namespace: ns, Store: store, State: st, Installation: in}
+}
+
+// runtimePlatformOf is installer/gitops's type for the platform's side.
+func runtimePlatformOf(p *platformSide) *gitops.Platform {
+	return runtimePlatform(p.Cluster, p.Namespace, p.Store, p.State, p.Installation)
 }
 
 // installRuntime fetches the runtime chart of platform version v (the
