@@ -2,6 +2,7 @@ package action
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
@@ -16,9 +17,9 @@ import (
 // installation's state: runners, runnerKind; GitOps runtimes,
 // runtimeKind) as the attachment verbs see it: R is its record in the
 // state, S its status in a listing. The verbs (attachmentList,
-// attachmentUninstall) hold the flow, the messages and the exit codes
-// every kind shares; a kind gives them this, and keeps its own rules in
-// its own package (installer/runner, installer/gitops).
+// attachmentUpgrade, attachmentUninstall) hold the flow, the messages and
+// the exit codes every kind shares; a kind gives them this, and keeps its
+// own rules in its own package (installer/runner, installer/gitops).
 type attachmentKind[R, S any] struct {
 	// name names the kind in messages, in its commands ('onprem NAME
 	// uninstall') and in its flags (--NAME-kubeconfig, --NAME-context):
@@ -29,8 +30,10 @@ type attachmentKind[R, S any] struct {
 	// notFound says that no attachment of the kind called name is
 	// recorded in st (an *attachment.NotFoundError).
 	notFound func(st *state.State, name string) error
-	// ref is how a record says the attachment's cluster is reached.
-	ref func(rec R) config.ClusterRef
+	// ref is how a record says the attachment's cluster is reached;
+	// server is the API server of that cluster, as recorded.
+	ref    func(rec R) config.ClusterRef
+	server func(rec R) string
 	// connect reaches the attachment's cluster by ref (the platform's
 	// connection pc itself when ref names no other cluster), its error
 	// saying what that cluster is for; connectListed is connect in a
@@ -88,4 +91,31 @@ func clusterRef(recorded, override config.ClusterRef) config.ClusterRef {
 		return override
 	}
 	return recorded
+}
+
+// openPlatform takes the installation's lock on the platform's cluster and
+// reads its record, for an install or upgrade of attachments; the
+// platform must be installed.
+func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, verb string, wait, lease time.Duration) (*platformSide, func(), context.Context, error) {
+	ns := l.Installation.Spec.Namespace
+	notInstalled := func() error {
+		return inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s (%s): install it first with 'onprem install', "+
+			"or point --kubeconfig/--context at the platform's cluster (the runner's cluster is --runner-kubeconfig/--runner-context)",
+			ns, pc.Server, describeOptions(config.ClusterRef{Kubeconfig: pc.Kubeconfig, Context: pc.Context})))
+	}
+	// A look before the lock, which would create the namespace.
+	if st, err := peekState(ctx, pc, ns); err != nil {
+		return nil, nil, nil, err
+	} else if st.Version == "" {
+		return nil, nil, nil, notInstalled()
+	}
+	lctx, h, err := lockAndLoad(ctx, pc, ns, verb, wait, lease)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if h.st.Version == "" {
+		h.unlock()
+		return nil, nil, nil, notInstalled()
+	}
+	return &platformSide{Cluster: pc, Namespace: ns, Store: h.store, State: h.st, Installation: l.Installation}, h.unlock, lctx, nil
 }

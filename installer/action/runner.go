@@ -25,6 +25,7 @@ var runnerKind = &attachmentKind[state.Runner, runner.Status]{
 	name:    "runner",
 	records: func(st *state.State) map[string]state.Runner { return st.Runners },
 	ref:     runner.RecordRef,
+	server:  func(rec state.Runner) string { return rec.Server },
 	connect: runner.Connect,
 	observe: func(ctx context.Context, cl *kube.Cluster, st *state.State, name string) runner.Status {
 		return runner.Observe(ctx, cl, name, st.Runners[name])
@@ -126,7 +127,7 @@ func (a *RunnerInstall) Run(ctx context.Context) (*runner.Result, error) {
 		return nil, err
 	}
 	defer unlock()
-	return installRunner(ctx, l, p, p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: r.Cluster}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+	return installRunner(ctx, l, runnerPlatform(p), p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: r.Cluster}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
 }
 
 // RunnerUpgrade brings runners to the installed platform version's runner
@@ -154,104 +155,28 @@ type RunnerUpgrade struct {
 // Run upgrades the runners, one after the other; one that fails does not
 // stop the others, and the error joins every failure.
 func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
-	switch {
-	case a.All && len(a.Names) > 0:
-		return nil, inputErr(errors.New("give runner names or --all, not both"))
-	case !a.All && len(a.Names) == 0:
-		return nil, inputErr(errors.New("name the runners to upgrade, or give --all"))
-	case len(a.Names) > 1 && !a.RunnerCluster.IsPlatformCluster():
-		return nil, inputErr(errors.New("--runner-kubeconfig and --runner-context apply to one runner: upgrade the others on their own"))
-	}
-	l, err := a.Source.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
-	pc, err := connect(ctx, a.Conn, a.Cluster)
-	if err != nil {
-		return nil, err
-	}
-	p, unlock, ctx, err := openPlatform(ctx, l, pc, "runner upgrade", a.LockWait, a.LockLease)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	names, err := namesToUpgrade(a.All, a.Names, runner.Names(p.State), func(n string) error {
-		return runner.NotFound(p.State, n)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return upgradeEach(names, func(n string) (*runner.Result, error) {
-		rec := p.State.Runners[n]
-		ref := runner.RecordRef(rec)
-		if !a.RunnerCluster.IsPlatformCluster() {
-			ref = a.RunnerCluster
-		}
-		r := config.Runner{Name: n, Namespace: rec.Namespace, Concurrency: rec.Concurrency, Cluster: ref}
-		for _, declared := range l.Installation.Spec.Runners {
-			if declared.Name == n && declared.Concurrency != 0 {
-				r.Concurrency = declared.Concurrency
+	return (&attachmentUpgrade[state.Runner, runner.Status, runner.Result]{
+		kind: runnerKind, Source: a.Source, Cluster: a.Cluster, Conn: a.Conn, Names: a.Names, All: a.All, Override: a.RunnerCluster,
+		LockWait: a.LockWait, LockLease: a.LockLease,
+		check: func() error {
+			if len(a.Names) > 1 && !a.RunnerCluster.IsPlatformCluster() {
+				return inputErr(errors.New("--runner-kubeconfig and --runner-context apply to one runner: upgrade the others on their own"))
 			}
-		}
-		cl, err := runner.Connect(ctx, n, ref, a.Cluster, p.Cluster)
-		if err != nil {
-			return nil, err
-		}
-		if err := recordedCluster("runner", n, rec.Server, ref, cl); err != nil {
-			return nil, err
-		}
-		return installRunner(ctx, l, p, p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: ref}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
-	}, func(n string, err error) runner.Result {
-		rec := p.State.Runners[n]
-		return runner.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
-	})
-}
-
-// namesToUpgrade are the attachments an upgrade names (all recorded ones
-// with all); a name that is not recorded is refused (notFound) before
-// anything is touched.
-func namesToUpgrade(all bool, names, recorded []string, notFound func(string) error) ([]string, error) {
-	if all {
-		return recorded, nil
-	}
-	for _, n := range names {
-		if !slices.Contains(recorded, n) {
-			return nil, inputErr(notFound(n))
-		}
-	}
-	return names, nil
-}
-
-// upgradeEach upgrades the named attachments one after the other with
-// one: one that fails does not stop the others; a failure without a
-// result of its own gets failed's, and the error joins every failure.
-func upgradeEach[R any](names []string, one func(string) (*R, error), failed func(string, error) R) ([]R, error) {
-	var out []R
-	var errs []error
-	for _, n := range names {
-		res, err := one(n)
-		if res != nil {
-			out = append(out, *res)
-		}
-		if err != nil {
-			errs = append(errs, err)
-			if res == nil {
-				out = append(out, failed(n, err))
+			return nil
+		},
+		upgrade: func(ctx context.Context, l *Loaded, p *platformSide, n string, rec state.Runner, ref config.ClusterRef, cl *kube.Cluster) (*runner.Result, error) {
+			r := config.Runner{Name: n, Namespace: rec.Namespace, Concurrency: rec.Concurrency, Cluster: ref}
+			for _, declared := range l.Installation.Spec.Runners {
+				if declared.Name == n && declared.Concurrency != 0 {
+					r.Concurrency = declared.Concurrency
+				}
 			}
-		}
-	}
-	return out, errors.Join(errs...)
-}
-
-// recordedCluster refuses a cluster that is not the one the attachment
-// was recorded on, naming the flags that reach the right one.
-func recordedCluster(kind, name, server string, ref config.ClusterRef, cl *kube.Cluster) error {
-	if cl.Server == server {
-		return nil
-	}
-	return inputErr(fmt.Errorf("%s %s runs on the cluster at %s, but %s reaches %s: give its kubeconfig and context with --%s-kubeconfig and --%s-context",
-		kind, name, server, describeOptions(ref), cl.Server, kind, kind))
+			return installRunner(ctx, l, runnerPlatform(p), p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: ref}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+		},
+		failed: func(n string, rec state.Runner, err error) runner.Result {
+			return runner.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
+		},
+	}).Run(ctx)
 }
 
 // RunnerUninstall removes a runner from its cluster and from the platform.
@@ -299,32 +224,6 @@ func (a *RunnerList) Run(ctx context.Context) (*RunnerListResult, error) {
 		return nil, err
 	}
 	return &RunnerListResult{Namespace: ns, Runners: runners}, nil
-}
-
-// openPlatform takes the installation's lock on the platform's cluster and
-// reads its record; the platform must be installed.
-func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, verb string, wait, lease time.Duration) (*runner.Platform, func(), context.Context, error) {
-	ns := l.Installation.Spec.Namespace
-	notInstalled := func() error {
-		return inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s (%s): install it first with 'onprem install', "+
-			"or point --kubeconfig/--context at the platform's cluster (the runner's cluster is --runner-kubeconfig/--runner-context)",
-			ns, pc.Server, describeOptions(config.ClusterRef{Kubeconfig: pc.Kubeconfig, Context: pc.Context})))
-	}
-	// A look before the lock, which would create the namespace.
-	if st, err := peekState(ctx, pc, ns); err != nil {
-		return nil, nil, nil, err
-	} else if st.Version == "" {
-		return nil, nil, nil, notInstalled()
-	}
-	lctx, h, err := lockAndLoad(ctx, pc, ns, verb, wait, lease)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	if h.st.Version == "" {
-		h.unlock()
-		return nil, nil, nil, notInstalled()
-	}
-	return &runner.Platform{Cluster: pc, Namespace: ns, Store: h.store, State: h.st, Installation: l.Installation}, h.unlock, lctx, nil
 }
 
 // peekState reads the installation's record without the lock (and

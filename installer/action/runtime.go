@@ -26,6 +26,7 @@ var runtimeKind = &attachmentKind[state.Runtime, gitops.Status]{
 	name:    "runtime",
 	records: func(st *state.State) map[string]state.Runtime { return st.Runtimes },
 	ref:     gitops.RecordRef,
+	server:  func(rec state.Runtime) string { return rec.Server },
 	connect: func(ctx context.Context, name string, ref config.ClusterRef, platform kube.Options, pc *kube.Cluster) (*kube.Cluster, error) {
 		return gitops.Connect(ctx, "runtime "+name+": its cluster", ref, platform, pc)
 	},
@@ -200,68 +201,34 @@ type RuntimeUpgrade struct {
 // Run upgrades the runtimes one after the other; one that fails does not
 // stop the others, and the error joins every failure.
 func (a *RuntimeUpgrade) Run(ctx context.Context) ([]gitops.Result, error) {
-	switch {
-	case a.All && len(a.Names) > 0:
-		return nil, inputErr(errors.New("give runtime names or --all, not both"))
-	case !a.All && len(a.Names) == 0:
-		return nil, inputErr(errors.New("name the runtimes to upgrade, or give --all"))
-	case len(a.Names) != 1 && (!a.RuntimeCluster.IsPlatformCluster() || a.TokenFile != "" || a.PlatformTokenFile != ""):
-		return nil, inputErr(errors.New("--runtime-kubeconfig, --runtime-context, --git-token-file and --platform-token-file apply to one runtime: upgrade the others on their own"))
-	}
-	// New tokens only from files; none given keeps the ones on the cluster.
-	token, err := gitToken(a.TokenFile, "-", config.SecretSource{})
-	if err != nil {
-		return nil, err
-	}
-	defer clear(token)
-	ptoken, err := platformToken(a.PlatformTokenFile, "-", config.SecretSource{})
-	if err != nil {
-		return nil, err
-	}
-	defer clear(ptoken)
-	l, err := a.Source.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Close()
-	if err := needAccount(l.Installation); err != nil {
-		return nil, err
-	}
-	pc, err := connect(ctx, a.Conn, a.Cluster)
-	if err != nil {
-		return nil, err
-	}
-	rp, unlock, ctx, err := openPlatform(ctx, l, pc, "runtime upgrade", a.LockWait, a.LockLease)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
-	names, err := namesToUpgrade(a.All, a.Names, gitops.Names(p.State), func(n string) error {
-		return gitops.NotFound(p.State, n)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return upgradeEach(names, func(n string) (*gitops.Result, error) {
-		rec := p.State.Runtimes[n]
-		ref := gitops.RecordRef(rec)
-		if !a.RuntimeCluster.IsPlatformCluster() {
-			ref = a.RuntimeCluster
-		}
-		cl, err := gitops.Connect(ctx, "runtime "+n+": its cluster", ref, a.Cluster, pc)
-		if err != nil {
-			return nil, err
-		}
-		if err := recordedCluster("runtime", n, rec.Server, ref, cl); err != nil {
-			return nil, err
-		}
-		t := gitops.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token, PlatformToken: ptoken}
-		return installRuntime(ctx, l, p, p.State.Version, t, gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
-	}, func(n string, err error) gitops.Result {
-		rec := p.State.Runtimes[n]
-		return gitops.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
-	})
+	var token, ptoken []byte
+	defer func() {
+		clear(token)
+		clear(ptoken)
+	}()
+	return (&attachmentUpgrade[state.Runtime, gitops.Status, gitops.Result]{
+		kind: runtimeKind, Source: a.Source, Cluster: a.Cluster, Conn: a.Conn, Names: a.Names, All: a.All, Override: a.RuntimeCluster,
+		LockWait: a.LockWait, LockLease: a.LockLease,
+		check: func() (err error) {
+			if len(a.Names) != 1 && (!a.RuntimeCluster.IsPlatformCluster() || a.TokenFile != "" || a.PlatformTokenFile != "") {
+				return inputErr(errors.New("--runtime-kubeconfig, --runtime-context, --git-token-file and --platform-token-file apply to one runtime: upgrade the others on their own"))
+			}
+			// New tokens only from files; none given keeps the ones on the cluster.
+			if token, err = gitToken(a.TokenFile, "-", config.SecretSource{}); err != nil {
+				return err
+			}
+			ptoken, err = platformToken(a.PlatformTokenFile, "-", config.SecretSource{})
+			return err
+		},
+		loaded: func(l *Loaded) error { return needAccount(l.Installation) },
+		upgrade: func(ctx context.Context, l *Loaded, p *platformSide, n string, rec state.Runtime, ref config.ClusterRef, cl *kube.Cluster) (*gitops.Result, error) {
+			t := gitops.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token, PlatformToken: ptoken}
+			return installRuntime(ctx, l, runtimePlatformOf(p), p.State.Version, t, gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
+		},
+		failed: func(n string, rec state.Runtime, err error) gitops.Result {
+			return gitops.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
+		},
+	}).Run(ctx)
 }
 
 // RuntimeUninstall removes a runtime from its cluster and from the
