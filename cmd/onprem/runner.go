@@ -11,7 +11,6 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/apply"
-	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/output"
 	"onprem.dev/onprem/installer/runner"
@@ -63,11 +62,8 @@ func addPlatformClusterFlags(cmd *cobra.Command, o *kube.Options) {
 	cmd.Flags().StringVar(&o.Context, "context", "", "context of the platform's cluster (default: the current context)")
 }
 
-// addRunnerClusterFlags adds --runner-kubeconfig and --runner-context.
-func addRunnerClusterFlags(cmd *cobra.Command, ref *config.ClusterRef, def string) {
-	cmd.Flags().StringVar(&ref.Kubeconfig, "runner-kubeconfig", "", "kubeconfig of the runner's cluster (default: "+def+")")
-	cmd.Flags().StringVar(&ref.Context, "runner-context", "", "context of the runner's cluster (default: "+def+")")
-}
+// runnerCmds is the runners' kind, to the commands' builders.
+var runnerCmds = attachmentCmds{name: "runner"}
 
 // refuseNamespaceFlag adds a hidden --namespace that explains which
 // namespace flag to use: both clusters have one here.
@@ -151,7 +147,7 @@ is refused (exit 2), naming where it runs.`,
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
 	addPlatformClusterFlags(cmd, &a.Cluster)
-	addRunnerClusterFlags(cmd, &a.RunnerCluster, "spec.runners[]'s, else the platform's")
+	runnerCmds.addClusterFlags(cmd, &a.RunnerCluster, "spec.runners[]'s, else the platform's")
 	cmd.Flags().StringVar(&a.Namespace, "runner-namespace", "", "the runner's namespace; its build engine's is NAMESPACE-engine (default: spec.runners[]'s, else onprem-runner-NAME)")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", 0, "builds the runner runs at once, 1 to 256 (default: spec.runners[]'s, else 4)")
 	addChangeFlags(cmd, &a.Timeout, "how long the runner may take to become ready (a failure that waiting cannot fix, such as an image the registry does not have, ends the wait at once)", &a.LockWait, &a.LockLease, &format)
@@ -183,7 +179,7 @@ fails does not stop the others.`,
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
 	addPlatformClusterFlags(cmd, &a.Cluster)
-	addRunnerClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
+	runnerCmds.addClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runner of the installation")
 	addChangeFlags(cmd, &a.Timeout, "how long each runner may take to become ready", &a.LockWait, &a.LockLease, &format)
 	return cmd
@@ -214,7 +210,7 @@ place: run it again.`,
 	}
 	addRunnerTargetFlags(cmd, &a.Target)
 	addPlatformClusterFlags(cmd, &a.Cluster)
-	addRunnerClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
+	runnerCmds.addClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the platform's side (the runner's cluster is gone for good)")
 	addChangeFlags(cmd, &a.Timeout, "how long the runner's removal may take", &a.LockWait, &a.LockLease, &format)
 	return cmd

@@ -67,11 +67,8 @@ access (the message names its kubeconfig, context and server).`,
 	return cmd
 }
 
-// addRuntimeClusterFlags adds --runtime-kubeconfig and --runtime-context.
-func addRuntimeClusterFlags(cmd *cobra.Command, ref *config.ClusterRef, def string) {
-	cmd.Flags().StringVar(&ref.Kubeconfig, "runtime-kubeconfig", "", "kubeconfig of the runtime's cluster (default: "+def+")")
-	cmd.Flags().StringVar(&ref.Context, "runtime-context", "", "context of the runtime's cluster (default: "+def+")")
-}
+// runtimeCmds is the GitOps runtimes' kind, to the commands' builders.
+var runtimeCmds = attachmentCmds{name: "runtime"}
 
 // addGitFlags adds how Git hosts are reached.
 func addGitFlags(cmd *cobra.Command, g *configrepo.Remote) {
@@ -192,7 +189,7 @@ state, a backup, a log or an output).`,
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
 	addPlatformClusterFlags(cmd, &a.Cluster)
-	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "spec.runtimes[]'s, else the platform's")
+	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "spec.runtimes[]'s, else the platform's")
 	cmd.Flags().StringVar(&a.Namespace, "runtime-namespace", "", "the runtime's namespace (default: spec.runtimes[]'s, else the runtime's name)")
 	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding the Git token (default: the environment variable "+gitops.TokenEnv+", then spec.runtimes[].gitToken)")
 	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtime registers with (default: the environment variable "+gitops.PlatformTokenEnv+", then spec.runtimeConfig.platformToken)")
@@ -228,7 +225,7 @@ others.`,
 	}
 	addRunnerSourceFlags(cmd, &a.Source)
 	addPlatformClusterFlags(cmd, &a.Cluster)
-	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runtime of the installation")
 	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding a new Git token (default: keep the one on the runtime's cluster)")
 	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding a new platform token (default: keep the one on the runtime's cluster)")
@@ -261,7 +258,7 @@ runtime's cluster is gone for good, --forget removes the record only.`,
 	}
 	addRunnerTargetFlags(cmd, &a.Target)
 	addPlatformClusterFlags(cmd, &a.Cluster)
-	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
 	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the record (the runtime's cluster is gone for good)")
 	addChangeFlags(cmd, &a.Timeout, "how long the removal may take", &a.LockWait, &a.LockLease, &format)
 	return cmd
@@ -326,7 +323,7 @@ the configuration (their configuration-runtime value) with
 	}
 	addRunnerTargetFlags(cmd, &a.Target)
 	addPlatformClusterFlags(cmd, &a.Cluster)
-	addRuntimeClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
 	addGitFlags(cmd, &a.Git)
 	addLockFlags(cmd, &a.LockWait, &a.LockLease)
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
@@ -361,7 +358,7 @@ source is created.`,
 	}
 	addRunnerTargetFlags(addCmd, &add.Target)
 	addPlatformClusterFlags(addCmd, &add.Cluster)
-	addRuntimeClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
 	addCmd.Flags().StringVar(&add.Source.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
 	addCmd.Flags().StringVar(&add.Source.Repository.URL, "repo", "", "the source repository's https clone URL (required)")
 	addCmd.Flags().StringVar(&add.Source.Repository.Branch, "branch", "", "branch, tag or commit (default: the repository's HEAD)")
@@ -385,7 +382,7 @@ source is created.`,
 	}
 	addRunnerTargetFlags(listCmd, &list.Target)
 	addPlatformClusterFlags(listCmd, &list.Cluster)
-	addRuntimeClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
 	listCmd.Flags().StringVar(&list.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
 	listCmd.Flags().StringVarP(&listFormat, "output", "o", output.Table, "output: table, json or yaml")
 	refuseNamespaceFlag(listCmd)
@@ -408,7 +405,7 @@ source is created.`,
 	}
 	addRunnerTargetFlags(rmCmd, &rm.Target)
 	addPlatformClusterFlags(rmCmd, &rm.Cluster)
-	addRuntimeClusterFlags(rmCmd, &rm.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(rmCmd, &rm.RuntimeCluster, "as recorded at install")
 	rmCmd.Flags().StringVar(&rm.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
 	addLockFlags(rmCmd, &rm.LockWait, &rm.LockLease)
 	refuseNamespaceFlag(rmCmd)
@@ -555,7 +552,7 @@ named, with exit code 3, before anything is created.`,
 	}
 	addRunnerTargetFlags(addCmd, &add.Target)
 	addManagedPlatformFlags(addCmd, &add.Target)
-	addRuntimeClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
 	addCmd.Flags().StringVar(&add.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
 	addCmd.Flags().StringVar(&add.External.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to add (default: the platform's kubeconfig)")
 	addCmd.Flags().StringVar(&add.External.Context, "context", "", "context of the cluster to add")
@@ -580,7 +577,7 @@ Forbidden (its permissions were changed).`,
 	}
 	addRunnerTargetFlags(listCmd, &list.Target)
 	addManagedPlatformFlags(listCmd, &list.Target)
-	addRuntimeClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
 	listCmd.Flags().StringVar(&list.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
 	listCmd.Flags().DurationVar(&list.Timeout, "timeout", 0, "how long to try each cluster (default 5s)")
 	listCmd.Flags().StringVarP(&listFormat, "output", "o", output.Table, "output: table, json or yaml")
@@ -604,7 +601,7 @@ stayed on the external cluster.`,
 	}
 	addRunnerTargetFlags(rmCmd, &rm.Target)
 	addManagedPlatformFlags(rmCmd, &rm.Target)
-	addRuntimeClusterFlags(rmCmd, &rm.RuntimeCluster, "as recorded at install")
+	runtimeCmds.addClusterFlags(rmCmd, &rm.RuntimeCluster, "as recorded at install")
 	rmCmd.Flags().StringVar(&rm.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
 	rmCmd.Flags().StringVar(&rm.External.Kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster, to clean its side too")
 	rmCmd.Flags().StringVar(&rm.External.Context, "context", "", "context of the managed cluster, to clean its side too")
