@@ -94,14 +94,16 @@ func clusterRef(recorded, override config.ClusterRef) config.ClusterRef {
 }
 
 // openPlatform takes the installation's lock on the platform's cluster and
-// reads its record, for an install or upgrade of attachments; the
-// platform must be installed.
-func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, verb string, wait, lease time.Duration) (*platformSide, func(), context.Context, error) {
+// reads its record, for an install or upgrade (verb) of attachments of a
+// kind ("runner", "runtime": the lock is held as "KIND VERB"); the
+// platform must be installed, else the refusal names the kind's own
+// cluster flags beside the platform's.
+func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, kind, verb string, wait, lease time.Duration) (*platformSide, func(), context.Context, error) {
 	ns := l.Installation.Spec.Namespace
 	notInstalled := func() error {
 		return inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s (%s): install it first with 'onprem install', "+
-			"or point --kubeconfig/--context at the platform's cluster (the runner's cluster is --runner-kubeconfig/--runner-context)",
-			ns, pc.Server, describeOptions(config.ClusterRef{Kubeconfig: pc.Kubeconfig, Context: pc.Context})))
+			"or point --kubeconfig/--context at the platform's cluster (the %[4]s's cluster is --%[4]s-kubeconfig/--%[4]s-context)",
+			ns, pc.Server, describeOptions(config.ClusterRef{Kubeconfig: pc.Kubeconfig, Context: pc.Context}), kind))
 	}
 	// A look before the lock, which would create the namespace.
 	if st, err := peekState(ctx, pc, ns); err != nil {
@@ -109,7 +111,7 @@ func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, verb string,
 	} else if st.Version == "" {
 		return nil, nil, nil, notInstalled()
 	}
-	lctx, h, err := lockAndLoad(ctx, pc, ns, verb, wait, lease)
+	lctx, h, err := lockAndLoad(ctx, pc, ns, kind+" "+verb, wait, lease)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -304,3 +304,26 @@ func TestAThirdKindUpgradesThroughTheGenericVerb(t *testing.T) {
 	}
 	f.released(t)
 }
+
+// An install or upgrade of attachments on a cluster with no platform is
+// refused before the lock, naming the platform's flags and the kind's
+// own (a runtime's are --runtime-kubeconfig/--runtime-context).
+func TestOpenPlatformNotInstalledNamesTheKindsFlags(t *testing.T) {
+	for _, kind := range []string{"runner", "runtime"} {
+		conf, c := fakeCluster()
+		pc, err := conf.Cluster(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &Loaded{Installation: &config.Installation{Spec: config.Spec{Namespace: "onprem"}}}
+		_, _, _, err = openPlatform(context.Background(), l, pc, kind, "install", time.Second, time.Minute)
+		var ie *InputError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "no platform is installed in namespace onprem") ||
+			!strings.Contains(err.Error(), "the "+kind+"'s cluster is --"+kind+"-kubeconfig/--"+kind+"-context") {
+			t.Errorf("%s: %v, want an input error naming --%s-kubeconfig", kind, err, kind)
+		}
+		if _, err := c.CoreV1().Namespaces().Get(context.Background(), "onprem", metav1.GetOptions{}); err == nil {
+			t.Errorf("%s: the refusal created the namespace (the lock was taken)", kind)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func (a *attachmentUpgrade[R, S, Res]) Run(ctx context.Context) ([]Res, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, unlock, ctx, err := openPlatform(ctx, l, pc, k.name+" upgrade", a.LockWait, a.LockLease)
+	p, unlock, ctx, err := openPlatform(ctx, l, pc, k.name, "upgrade", a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}

@@ -122,7 +122,7 @@ func (a *RunnerInstall) Run(ctx context.Context) (*runner.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, unlock, ctx, err := openPlatform(ctx, l, pc, "runner install", a.LockWait, a.LockLease)
+	p, unlock, ctx, err := openPlatform(ctx, l, pc, "runner", "install", a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}

@@ -163,7 +163,7 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*gitops.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp, unlock, ctx, err := openPlatform(ctx, l, pc, "runtime install", a.LockWait, a.LockLease)
+	rp, unlock, ctx, err := openPlatform(ctx, l, pc, "runtime", "install", a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}
