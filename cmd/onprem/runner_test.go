@@ -47,6 +47,8 @@ func TestRunnerCommandsBadInput(t *testing.T) {
 		{[]string{"runner", "install", "gpu", "-o", "xml"}, exitInput, "-o xml"},
 		{[]string{"runner", "upgrade"}, exitInput, "--all"},
 		{[]string{"runner", "upgrade", "a", "--all"}, exitInput, "not both"},
+		{[]string{"runner", "upgrade", "--all", "--runner-context", "gpu-site"}, exitInput, "apply to one runner"},
+		{[]string{"runner", "upgrade", "a", "b", "--runner-context", "gpu-site"}, exitInput, "apply to one runner"},
 		{[]string{"runner", "uninstall"}, exitInput, "name the runner"},
 		{[]string{"runner", "list", "--namespace", "x"}, exitInput, "ambiguous"},
 		{[]string{"runner", "install", "gpu", "--kubeconfig", kc}, exitCluster, "gpu-site"},

@@ -159,7 +159,9 @@ func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 		kind: runnerKind, Source: a.Source, Cluster: a.Cluster, Conn: a.Conn, Names: a.Names, All: a.All, Override: a.RunnerCluster,
 		LockWait: a.LockWait, LockLease: a.LockLease,
 		check: func() error {
-			if len(a.Names) > 1 && !a.RunnerCluster.IsPlatformCluster() {
+			// --all with one cluster's flags would send every runner there
+			// (as a runtime's upgrade refuses too).
+			if len(a.Names) != 1 && !a.RunnerCluster.IsPlatformCluster() {
 				return inputErr(errors.New("--runner-kubeconfig and --runner-context apply to one runner: upgrade the others on their own"))
 			}
 			return nil
