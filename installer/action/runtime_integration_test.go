@@ -214,6 +214,24 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 			t.Errorf("list: %+v", s)
 		}
 	}
+	// Both upgraded at the installed version, each on its recorded
+	// cluster with the tokens kept there: nothing changes.
+	ups, err := (&RuntimeUpgrade{Source: src, Cluster: pcl, All: true, Fetch: fetch, Timeout: 2 * time.Minute}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := map[string]string{}
+	for _, s := range list.Runtimes {
+		servers[s.Name] = s.Server
+	}
+	if len(ups) != 2 {
+		t.Errorf("runtime upgrade --all upgraded %d runtimes, want 2: %+v", len(ups), ups)
+	}
+	for _, u := range ups {
+		if u.Action != apply.Unchanged || u.Error != "" || u.Server == "" || u.Server != servers[u.Name] {
+			t.Errorf("runtime upgrade --all, %s: %+v; want unchanged, on %s", u.Name, u, servers[u.Name])
+		}
+	}
 
 	// Git sources: an Application each.
 	gs, err := (&GitSourceAdd{Target: target, Source: gitops.GitSourceOptions{Runtime: "codefresh", Name: "apps",
