@@ -49,7 +49,7 @@ type attachmentKind[R, S any] struct {
 	// creates the namespace that taking it would), uninstallLocked
 	// against the record read under it; both answer input errors. nil:
 	// the attachment must be recorded (recorded).
-	uninstallPeeked, uninstallLocked func(p *platformSide, name string) error
+	uninstallPeeked, uninstallLocked func(p *attachment.Platform, name string) error
 	// forgets says what an uninstall with --forget removes, for the hint
 	// given when the attachment's cluster cannot be reached: "the
 	// platform's side", "the record".
@@ -58,29 +58,16 @@ type attachmentKind[R, S any] struct {
 	// is forgotten, its cluster left alone), then from the platform's
 	// side p, under the lock. Its errors are marked as the kind marks
 	// them (inputErr).
-	uninstall func(ctx context.Context, p *platformSide, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error)
+	uninstall func(ctx context.Context, p *attachment.Platform, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error)
 }
 
 // recorded refuses, with the kind's not-found input error, an attachment
 // name that p's record does not hold.
-func (k *attachmentKind[R, S]) recorded(p *platformSide, name string) error {
+func (k *attachmentKind[R, S]) recorded(p *attachment.Platform, name string) error {
 	if _, ok := k.records(p.State)[name]; !ok {
 		return inputErr(k.notFound(p.State, name))
 	}
 	return nil
-}
-
-// platformSide is the platform's side of a verb on attachments: its
-// cluster and namespace, the installation's record (State; read under
-// the lock when Store is set) and, when the verb read it, the platform's
-// configuration. Each kind's package has its own type for it
-// (runner.Platform, gitops.Platform).
-type platformSide struct {
-	Cluster      *kube.Cluster
-	Namespace    string
-	Store        *state.Store
-	State        *state.State
-	Installation *config.Installation
 }
 
 // clusterRef is how an attachment's cluster is reached: by override when
@@ -98,7 +85,7 @@ func clusterRef(recorded, override config.ClusterRef) config.ClusterRef {
 // kind ("runner", "runtime": the lock is held as "KIND VERB"); the
 // platform must be installed, else the refusal names the kind's own
 // cluster flags beside the platform's.
-func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, kind, verb string, wait, lease time.Duration) (*platformSide, func(), context.Context, error) {
+func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, kind, verb string, wait, lease time.Duration) (*attachment.Platform, func(), context.Context, error) {
 	ns := l.Installation.Spec.Namespace
 	notInstalled := func() error {
 		return inputErr(fmt.Errorf("no platform is installed in namespace %s of the cluster at %s (%s): install it first with 'onprem install', "+
@@ -119,5 +106,5 @@ func openPlatform(ctx context.Context, l *Loaded, pc *kube.Cluster, kind, verb s
 		h.unlock()
 		return nil, nil, nil, notInstalled()
 	}
-	return &platformSide{Cluster: pc, Namespace: ns, Store: h.store, State: h.st, Installation: l.Installation}, h.unlock, lctx, nil
+	return &attachment.Platform{Cluster: pc, Namespace: ns, Store: h.store, State: h.st, Installation: l.Installation}, h.unlock, lctx, nil
 }

@@ -95,7 +95,7 @@ func newCacheFixture(t *testing.T) *cacheFixture {
 			return cacheStatus{Name: name, Problem: "unreachable: " + err.Error()}
 		},
 		forgets: "the record",
-		uninstall: func(ctx context.Context, p *platformSide, name string, cl *kube.Cluster, _ time.Duration, _ apply.Reporter) (*attachment.Removal, error) {
+		uninstall: func(ctx context.Context, p *attachment.Platform, name string, cl *kube.Cluster, _ time.Duration, _ apply.Reporter) (*attachment.Removal, error) {
 			f.noteHolder(ctx)
 			f.uninstalled[name] = cl
 			out := &attachment.Removal{Name: name}
@@ -122,7 +122,7 @@ func (f *cacheFixture) upgrade(t *testing.T, all bool, names ...string) *attachm
 	return &attachmentUpgrade[cacheRecord, cacheStatus, string]{
 		kind: f.kind, Source: Source{ConfigPath: writeConfig(t, "  version: 2.8.0\n  domain: ci.example.com\n"), Lookup: noEnv},
 		Conn: f.conf, Names: names, All: all, LockWait: time.Second,
-		upgrade: func(ctx context.Context, _ *Loaded, p *platformSide, name string, rec cacheRecord, _ config.ClusterRef, cl *kube.Cluster) (*string, error) {
+		upgrade: func(ctx context.Context, _ *Loaded, p *attachment.Platform, name string, rec cacheRecord, _ config.ClusterRef, cl *kube.Cluster) (*string, error) {
 			f.noteHolder(ctx)
 			cm, err := cl.Client.CoreV1().ConfigMaps(rec.Namespace).Get(ctx, "cache", metav1.GetOptions{})
 			if err != nil {

@@ -53,7 +53,7 @@ func (a *attachmentUninstall[R, S]) Run(ctx context.Context) (*attachment.Remova
 	if err != nil {
 		return nil, err
 	}
-	if err := peeked(&platformSide{Cluster: pc, Namespace: ns, State: st}, a.Name); err != nil {
+	if err := peeked(&attachment.Platform{Cluster: pc, Namespace: ns, State: st}, a.Name); err != nil {
 		return nil, err
 	}
 	ctx, h, err := conf.lockAndLoad(ctx, ns, k.name+" uninstall", a.LockWait, a.LockLease)
@@ -61,7 +61,7 @@ func (a *attachmentUninstall[R, S]) Run(ctx context.Context) (*attachment.Remova
 		return nil, err
 	}
 	defer h.unlock()
-	p := &platformSide{Cluster: pc, Namespace: ns, Store: h.store, State: h.st}
+	p := &attachment.Platform{Cluster: pc, Namespace: ns, Store: h.store, State: h.st}
 	if err := locked(p, a.Name); err != nil {
 		return nil, err
 	}

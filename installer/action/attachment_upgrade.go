@@ -39,7 +39,7 @@ type attachmentUpgrade[R, S, Res any] struct {
 	// cluster cl (reached by ref, and checked to be the recorded one),
 	// under the lock; failed is the result of one that failed without a
 	// result of its own.
-	upgrade func(ctx context.Context, l *Loaded, p *platformSide, name string, rec R, ref config.ClusterRef, cl *kube.Cluster) (*Res, error)
+	upgrade func(ctx context.Context, l *Loaded, p *attachment.Platform, name string, rec R, ref config.ClusterRef, cl *kube.Cluster) (*Res, error)
 	failed  func(name string, rec R, err error) Res
 }
 

@@ -35,19 +35,14 @@ var runnerKind = &attachmentKind[state.Runner, runner.Status]{
 	},
 	notFound: func(st *state.State, name string) error { return runner.NotFound(st, name) },
 	forgets:  "the platform's side",
-	uninstall: func(ctx context.Context, p *platformSide, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error) {
-		res, err := runner.Uninstall(ctx, runnerPlatform(p), name, cl, runner.Options{Timeout: timeout, Reporter: reporter})
+	uninstall: func(ctx context.Context, p *attachment.Platform, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error) {
+		res, err := runner.Uninstall(ctx, p, name, cl, runner.Options{Timeout: timeout, Reporter: reporter})
 		var ce *attachment.ConflictError
 		if errors.As(err, &ce) {
 			return res, inputErr(err)
 		}
 		return res, err
 	},
-}
-
-// runnerPlatform is installer/runner's type for the platform's side.
-func runnerPlatform(p *platformSide) *runner.Platform {
-	return &runner.Platform{Cluster: p.Cluster, Namespace: p.Namespace, Store: p.Store, State: p.State, Installation: p.Installation}
 }
 
 // RunnerInstall installs a build runner, or converges it when it is already
@@ -127,7 +122,7 @@ func (a *RunnerInstall) Run(ctx context.Context) (*runner.Result, error) {
 		return nil, err
 	}
 	defer unlock()
-	return installRunner(ctx, l, runnerPlatform(p), p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: r.Cluster}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+	return installRunner(ctx, l, p, p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: r.Cluster}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
 }
 
 // RunnerUpgrade brings runners to the installed platform version's runner
@@ -166,14 +161,14 @@ func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 			}
 			return nil
 		},
-		upgrade: func(ctx context.Context, l *Loaded, p *platformSide, n string, rec state.Runner, ref config.ClusterRef, cl *kube.Cluster) (*runner.Result, error) {
+		upgrade: func(ctx context.Context, l *Loaded, p *attachment.Platform, n string, rec state.Runner, ref config.ClusterRef, cl *kube.Cluster) (*runner.Result, error) {
 			r := config.Runner{Name: n, Namespace: rec.Namespace, Concurrency: rec.Concurrency, Cluster: ref}
 			for _, declared := range l.Installation.Spec.Runners {
 				if declared.Name == n && declared.Concurrency != 0 {
 					r.Concurrency = declared.Concurrency
 				}
 			}
-			return installRunner(ctx, l, runnerPlatform(p), p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: ref}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
+			return installRunner(ctx, l, p, p.State.Version, runner.Target{Runner: r, Cluster: cl, Ref: ref}, runner.Options{Timeout: a.Timeout, Reporter: a.Reporter})
 		},
 		failed: func(n string, rec state.Runner, err error) runner.Result {
 			return runner.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}

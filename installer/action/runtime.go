@@ -36,16 +36,16 @@ var runtimeKind = &attachmentKind[state.Runtime, gitops.Status]{
 	observe:     gitops.Observe,
 	unreachable: gitops.Unreachable,
 	notFound:    func(st *state.State, name string) error { return gitops.NotFound(st, name) },
-	uninstallPeeked: func(p *platformSide, _ string) error {
+	uninstallPeeked: func(p *attachment.Platform, _ string) error {
 		return needRuntimesPlatform(p.Cluster, p.Namespace, p.State)
 	},
 	// The configuration runtime stays while other runtimes use it.
-	uninstallLocked: func(p *platformSide, name string) error {
-		return inputErr(gitops.CheckUninstall(runtimePlatformOf(p), name))
+	uninstallLocked: func(p *attachment.Platform, name string) error {
+		return inputErr(gitops.CheckUninstall(p, name))
 	},
 	forgets: "the record",
-	uninstall: func(ctx context.Context, p *platformSide, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error) {
-		res, err := gitops.Uninstall(ctx, runtimePlatformOf(p), name, cl, gitops.Options{Timeout: timeout, Reporter: reporter})
+	uninstall: func(ctx context.Context, p *attachment.Platform, name string, cl *kube.Cluster, timeout time.Duration, reporter apply.Reporter) (*attachment.Removal, error) {
+		res, err := gitops.Uninstall(ctx, p, name, cl, gitops.Options{Timeout: timeout, Reporter: reporter})
 		return res, runtimeErr(err)
 	},
 }
@@ -163,12 +163,11 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*gitops.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp, unlock, ctx, err := openPlatform(ctx, l, pc, "runtime", "install", a.LockWait, a.LockLease)
+	p, unlock, ctx, err := openPlatform(ctx, l, pc, "runtime", "install", a.LockWait, a.LockLease)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	p := runtimePlatform(rp.Cluster, rp.Namespace, rp.Store, rp.State, l.Installation)
 	return installRuntime(ctx, l, p, p.State.Version, gitops.Target{Runtime: rt, Cluster: cl, Ref: rt.Cluster, Token: token, PlatformToken: ptoken},
 		gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
 }
@@ -221,9 +220,9 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]gitops.Result, error) {
 			return err
 		},
 		loaded: func(l *Loaded) error { return needAccount(l.Installation) },
-		upgrade: func(ctx context.Context, l *Loaded, p *platformSide, n string, rec state.Runtime, ref config.ClusterRef, cl *kube.Cluster) (*gitops.Result, error) {
+		upgrade: func(ctx context.Context, l *Loaded, p *attachment.Platform, n string, rec state.Runtime, ref config.ClusterRef, cl *kube.Cluster) (*gitops.Result, error) {
 			t := gitops.Target{Runtime: config.Runtime{Name: n, Namespace: rec.Namespace, Cluster: ref}, Cluster: cl, Ref: ref, Token: token, PlatformToken: ptoken}
-			return installRuntime(ctx, l, runtimePlatformOf(p), p.State.Version, t, gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
+			return installRuntime(ctx, l, p, p.State.Version, t, gitops.Options{Timeout: a.Timeout, Reporter: a.Reporter, Git: a.Fetch.Git}, a.Fetch)
 		},
 		failed: func(n string, rec state.Runtime, err error) gitops.Result {
 			return gitops.Result{Name: n, Server: rec.Server, Namespace: rec.Namespace, Action: apply.Failed, Error: err.Error()}
@@ -471,11 +470,6 @@ func runtimeCluster(ctx context.Context, st *state.State, name string, ref confi
 
 func runtimePlatform(pc *kube.Cluster, ns string, store *state.Store, st *state.State, in *config.Installation) *gitops.Platform {
 	return &gitops.Platform{Cluster: pc, Namespace: ns, Store: store, State: st, Installation: in}
-}
-
-// runtimePlatformOf is installer/gitops's type for the platform's side.
-func runtimePlatformOf(p *platformSide) *gitops.Platform {
-	return runtimePlatform(p.Cluster, p.Namespace, p.Store, p.State, p.Installation)
 }
 
 // installRuntime fetches the runtime chart of platform version v (the

@@ -23,10 +23,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"onprem.dev/onprem/installer/apply"
+	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/render"
 	"onprem.dev/onprem/installer/state"
 )
+
+// Platform is the platform's side of an operation on attachments: its
+// cluster and namespace, the installation's record (State; read under the
+// lock when Store is set) and, when the caller read it, the platform's
+// configuration (the TLS and pull Secrets' names).
+type Platform struct {
+	Cluster      *kube.Cluster
+	Namespace    string
+	Store        *state.Store
+	State        *state.State
+	Installation *config.Installation
+}
 
 // AnnotationCreatedBy marks a namespace that onprem created for an
 // attachment, and so removes with it; a namespace without it is the

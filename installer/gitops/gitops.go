@@ -70,15 +70,10 @@ func attachmentOf(name string, rec state.Runtime) attachment.Attachment {
 	return attachment.Attachment{Kind: "runtime", Name: name, Label: LabelRuntime, Release: rec.Release, Namespaces: []string{rec.Namespace}}
 }
 
-// Platform is the platform's side of a runtime operation: its cluster, its
-// namespace, its configuration and its record, read under the lock.
-type Platform struct {
-	Cluster      *kube.Cluster
-	Namespace    string
-	Store        *state.Store
-	State        *state.State
-	Installation *config.Installation
-}
+// Platform is the platform's side of a runtime operation (its cluster,
+// namespace, configuration and record, read under the lock): the one type
+// runners and runtimes share.
+type Platform = attachment.Platform
 
 // Target is one runtime to install or converge.
 type Target struct {

@@ -77,18 +77,10 @@ func attachmentOf(name string, rec state.Runner) attachment.Attachment {
 		Namespaces: []string{rec.Namespace, rec.EngineNamespace}}
 }
 
-// Platform is the platform's side of a runner operation: its cluster, its
-// namespace and its record, read under the installation's lock. Changes to
-// the record are saved through Store.
-type Platform struct {
-	Cluster   *kube.Cluster
-	Namespace string
-	Store     *state.Store
-	State     *state.State
-	// Installation is the platform's configuration (for the TLS and pull
-	// Secrets' names).
-	Installation *config.Installation
-}
+// Platform is the platform's side of a runner operation (its cluster,
+// namespace and record, read under the installation's lock; changes to the
+// record are saved through Store): the one type runners and runtimes share.
+type Platform = attachment.Platform
 
 // Target is one runner to install or converge.
 type Target struct {
