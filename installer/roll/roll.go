@@ -121,7 +121,7 @@ func Pending(s *appsv1.StatefulSet, pods []corev1.Pod, isPrimary func(*corev1.Po
 		// counts them too, so that what status and kubectl show right
 		// after agrees (its count lags the pods' by a moment).
 		if s.Status.ReadyReplicas < want {
-			return fmt.Sprintf("its controller counts %d of %d pods ready", s.Status.ReadyReplicas, want), nil
+			return fmt.Sprintf("the StatefulSet's status counts %d of %d pods ready", s.Status.ReadyReplicas, want), nil
 		}
 		return "", nil
 	}

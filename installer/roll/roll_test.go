@@ -220,8 +220,8 @@ func TestRollWaitsForTheControllersCount(t *testing.T) {
 	s.Status.ReadyReplicas = 2
 	c := newCluster(t, s, member(0, "postgresql-new", true), member(1, "postgresql-new", false), member(2, "postgresql-new", false))
 	_, err := roll(t, c, 200*time.Millisecond)
-	if err == nil || !strings.Contains(err.Error(), "its controller counts 2 of 3 pods ready") {
-		t.Errorf("error %v, want one that says the controller counts 2 of 3", err)
+	if err == nil || !strings.Contains(err.Error(), "the StatefulSet's status counts 2 of 3 pods ready") {
+		t.Errorf("error %v, want one that says the StatefulSet's status counts 2 of 3", err)
 	}
 	if got := c.order(); got != "" {
 		t.Errorf("evicted %q", got)
