@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -205,38 +207,42 @@ func TestCrashSafety(t *testing.T) {
 		return (&action.Install{Source: action.Source{ConfigPath: crashConfig(t, dir, ns)}, Cluster: cl,
 			Timeout: 2 * time.Minute, LockWait: time.Minute, LockLease: steadyLease}).Run(ctx)
 	}
-	// The reference: a clean install, timed, to spread the kills over the
-	// part of it that writes: from the namespace's creation (the lock's
-	// first write) to the end. Kills before that test nothing a kill
-	// after it does not (a third of them landed there when they were
-	// spread from the start).
-	created := watchCreation(t, c.Client, "crash-ref")
+	// The reference: a clean install, its writes to Secrets counted (the
+	// generated secrets, then Helm's record of each release as it goes
+	// pending and then deployed). The kills are spread over that count,
+	// not over time: each child is killed when its own install has made
+	// that many writes, so the points it stops at do not depend on how
+	// busy the machine is (spread over the reference's duration, they
+	// bunched up on a loaded CI machine, where the killed runs went slower
+	// than the reference had).
+	refWrites := secretWrites(t, c.Client, "crash-ref")
 	start := time.Now()
 	if _, err := install("crash-ref"); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	first := created(start)
-	startup := childStartup(t)
+	total := refWrites()
 	ref := take(t, c.Client, "crash-ref")
 	normalize := func(s snapshot) snapshot {
 		s.Secrets = nil
 		return s
 	}
-	t.Logf("clean install took %s, its first write after %s (a child process starts in %s): %d objects, %d releases",
-		took, first, startup, len(ref.Objects), len(ref.Releases))
+	t.Logf("clean install took %s, %d writes to Secrets: %d objects, %d releases", took, total, len(ref.Objects), len(ref.Releases))
+	if total < 20 {
+		t.Fatalf("a clean install made %d writes to Secrets: too few to spread the kills over", total)
+	}
 
 	const kills = 9
 	points := map[string]bool{}
 	for i := 0; i < kills; i++ {
 		ns := fmt.Sprintf("crash-%d", i)
-		delay := startup + first + (took-first)*time.Duration(2*i+1)/(2*kills)
-		killAfter(t, delay, "install", "-c", crashConfig(t, dir, ns), "--kubeconfig", c.Kubeconfig,
+		target := total * int64(2*i+1) / (2 * kills)
+		at, writes := killAtWrites(t, c.Client, ns, target, "install", "-c", crashConfig(t, dir, ns), "--kubeconfig", c.Kubeconfig,
 			"--lock-lease", killedLease.String(), "--timeout", "2m")
 		atKill := take(t, c.Client, ns)
 		point := progressOf(atKill)
 		points[point] = true
-		t.Logf("kill %2d after %-6s: %s", i, delay.Round(10*time.Millisecond), point)
+		t.Logf("kill %2d at write %2d of %d (seen %2d, after %-6s): %s", i, target, total, writes, at.Round(10*time.Millisecond), point)
 
 		res, err := install(ns)
 		if err != nil {
@@ -289,51 +295,68 @@ func sharedIngressClass(t *testing.T, c *testcluster.Cluster) {
 	}
 }
 
-// watchCreation watches for namespace ns to be created; the function it
-// returns waits (a minute at most) for that and says how long after start
-// it happened.
-func watchCreation(t *testing.T, c kubernetes.Interface, ns string) func(start time.Time) time.Duration {
+// secretWrites counts, from now on, the writes to Secrets in namespace ns
+// that a watch sees (creations and updates); the function it returns says
+// how many so far. The watch ends with the test.
+func secretWrites(t *testing.T, c kubernetes.Interface, ns string) func() int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	w, err := c.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + ns})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := c.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
-	at := make(chan time.Time, 1)
+	var n atomic.Int64
 	go func() {
 		defer w.Stop()
 		for ev := range w.ResultChan() {
-			if ev.Type == watch.Added {
-				at <- time.Now()
-				return
+			if ev.Type == watch.Added || ev.Type == watch.Modified {
+				n.Add(1)
 			}
 		}
 	}()
-	return func(start time.Time) time.Duration {
-		defer cancel()
-		select {
-		case when := <-at:
-			return when.Sub(start)
-		case <-time.After(time.Minute):
-			t.Fatalf("namespace %s was never seen created", ns)
-			return 0
-		}
-	}
+	return n.Load
 }
 
-// childStartup is how long an onprem child process takes to start and
-// exit ('onprem versions'): what a kill's delay adds to the in-process
-// reference's times.
-func childStartup(t *testing.T) time.Duration {
+// killAtWrites runs onprem with args as a child process and SIGKILLs its
+// process group once the install has made target writes to Secrets in ns
+// (or after two minutes, or when it ends by itself, which fails the
+// test: a kill that never happened tests nothing). It says when the kill
+// came and how many writes had been seen.
+func killAtWrites(t *testing.T, c kubernetes.Interface, ns string, target int64, args ...string) (time.Duration, int64) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "versions")
+	writes := secretWrites(t, c, ns)
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
-	t0 := time.Now()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("onprem versions: %v\n%s", err, out)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	return time.Since(t0)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.After(2 * time.Minute)
+	for writes() < target {
+		select {
+		case err := <-done:
+			t.Fatalf("onprem %v ended by itself (%v) after %d writes to Secrets, before write %d where it was to be killed:\n%s",
+				args[0], err, writes(), target, out.String())
+		case <-limit:
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+			t.Fatalf("onprem %v made %d writes to Secrets in two minutes, not the %d it was to be killed at:\n%s",
+				args[0], writes(), target, out.String())
+		case <-tick.C:
+		}
+	}
+	at, seen := time.Since(start), writes()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-done
+	return at, seen
 }
 
 // killAfter runs onprem with args as a child process and SIGKILLs its
