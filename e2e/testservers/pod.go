@@ -41,6 +41,8 @@ type Pod struct {
 	spec PodSpec
 	t    testing.TB
 	p    *process
+	// paused are the processes Pause stopped.
+	paused []int
 }
 
 // StartPod runs a pod's container as a process of its own on this machine,
@@ -146,6 +148,22 @@ func (p *Pod) Stop(grace time.Duration) (stopped bool, took time.Duration) {
 	if p.p == nil || p.p.exited() {
 		return true, 0
 	}
+	first := p.firstProcess()
+	t0 := time.Now()
+	_ = syscall.Kill(first, syscall.SIGTERM)
+	select {
+	case <-p.p.done:
+		return true, time.Since(t0)
+	case <-time.After(grace):
+		p.Kill()
+		return false, time.Since(t0)
+	}
+}
+
+// firstProcess is the PID (on this machine) of the container's first
+// process: the program of its command, which the script ran with exec.
+func (p *Pod) firstProcess() int {
+	p.t.Helper()
 	// unshare --fork: its child is the namespace's first process.
 	unshare := p.p.cmd.Process.Pid
 	var first int
@@ -161,15 +179,104 @@ func (p *Pod) Stop(grace time.Duration) (stopped bool, took time.Duration) {
 	if first == 0 {
 		p.t.Fatalf("testservers: pod %s: no first process under unshare (%d)", p.spec.Name, unshare)
 	}
-	t0 := time.Now()
-	_ = syscall.Kill(first, syscall.SIGTERM)
-	select {
-	case <-p.p.done:
-		return true, time.Since(t0)
-	case <-time.After(grace):
-		p.Kill()
-		return false, time.Since(t0)
+	return first
+}
+
+// Pause stops (SIGSTOP) every process of the container whose command
+// line holds program, and only those: as an overloaded node or a
+// network partition stops a program's loop while the processes it
+// started run on (Patroni, which forks itself when it is a container's
+// first process, stops; its PostgreSQL runs on). Resume lets them go on
+// (SIGCONT); a paused pod is resumed in t.Cleanup before it is stopped.
+func (p *Pod) Pause(program string) {
+	p.t.Helper()
+	if p.p == nil || p.p.exited() {
+		p.t.Fatalf("testservers: pod %s: pausing a container that is not running", p.spec.Name)
 	}
+	p.paused = nil
+	for _, pid := range descendants(p.p.cmd.Process.Pid) {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !strings.Contains(string(cmdline), program) {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			p.t.Fatalf("testservers: pod %s: SIGSTOP %d: %v", p.spec.Name, pid, err)
+		}
+		p.paused = append(p.paused, pid)
+	}
+	if len(p.paused) == 0 {
+		p.t.Fatalf("testservers: pod %s: no process runs %s", p.spec.Name, program)
+	}
+	pids := p.paused
+	p.t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	// The pause took only when each shows as stopped.
+	for _, pid := range pids {
+		var state string
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if state = procState(pid); state == "T" {
+				break
+			}
+		}
+		if state != "T" {
+			p.t.Fatalf("testservers: pod %s: process %d is in state %q 2 s after SIGSTOP, not stopped", p.spec.Name, pid, state)
+		}
+	}
+}
+
+// Resume undoes Pause.
+func (p *Pod) Resume() {
+	p.t.Helper()
+	for _, pid := range p.paused {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			p.t.Fatalf("testservers: pod %s: SIGCONT %d: %v", p.spec.Name, pid, err)
+		}
+	}
+	p.paused = nil
+}
+
+// descendants lists the processes below pid (children, theirs, ...), as
+// /proc's task children files say.
+func descendants(pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		next := queue[0]
+		queue = queue[1:]
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", next))
+		for _, task := range tasks {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", next, task.Name()))
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(data)) {
+				var child int
+				if _, err := fmt.Sscan(f, &child); err == nil {
+					out = append(out, child)
+					queue = append(queue, child)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// procState is the state letter of process pid (R, S, T...), "" when it
+// cannot be read.
+func procState(pid int) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+1:])
+	if f := strings.Fields(rest); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }
 
 // Exited reports whether the container's processes have ended.
