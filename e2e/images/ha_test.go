@@ -34,6 +34,7 @@ func TestPostgreSQLHAImageRunsTheChartsPatroni(t *testing.T) {
 		secrets: map[string]map[string]string{
 			"onprem-postgresql-admin":       {"username": "onprem_admin", "password": secret()},
 			"onprem-postgresql-replication": {"username": "replicator", "password": secret()},
+			"onprem-postgresql-rewind":      {"username": "rewind", "password": secret()},
 		},
 	}
 	// The chart's pod runs `patroni /etc/patroni/<config>.yml`: Patroni is
@@ -54,8 +55,8 @@ func TestPostgreSQLHAImageRunsTheChartsPatroni(t *testing.T) {
 	// UTF8, the C.UTF-8 locale, data checksums) works in the image, as the
 	// chart's user, in the chart's PGDATA on the data volume. (Patroni
 	// 3.0.2's own --validate-config is stricter than Patroni itself: it
-	// asks for a rewind user and bootstrap.pg_hba, which the running
-	// Patroni does not need; the integration ring runs that Patroni.)
+	// asks for bootstrap.pg_hba, which the running Patroni does not need;
+	// the integration ring runs that Patroni.)
 	cfg.args = []string{"sh", "-c", `initdb --pgdata="$PGDATA" --encoding=UTF8 --locale=C.UTF-8 --data-checksums >/dev/null && pg_controldata "$PGDATA"`}
 	out, err = runPod(t, img, cfg).waitExit(2 * time.Minute)
 	if err != nil || !strings.Contains(out, "Data page checksum version:           1") {

@@ -50,10 +50,16 @@ const (
 	// PostgreSQLReplication is the role a highly available PostgreSQL's
 	// replicas stream from the primary with.
 	PostgreSQLReplication = "onprem-postgresql-replication"
-	Redis                 = "onprem-redis"
-	RabbitMQ              = "onprem-rabbitmq"
-	PlatformKeys          = "onprem-platform-keys"
-	TLS                   = "onprem-tls"
+	// PostgreSQLRewind is the role a highly available PostgreSQL's former
+	// primary checks the new one with and rewinds from (pg_rewind) to
+	// rejoin after a failover. It is not the admin, whose rotation would
+	// otherwise leave every member that has not restarted since with a
+	// password the primary refuses.
+	PostgreSQLRewind = "onprem-postgresql-rewind"
+	Redis            = "onprem-redis"
+	RabbitMQ         = "onprem-rabbitmq"
+	PlatformKeys     = "onprem-platform-keys"
+	TLS              = "onprem-tls"
 )
 
 // ServiceSecret is the name of a service's own credentials for engine
@@ -109,6 +115,8 @@ func Plan(n Needs) []Secret {
 	if n.Internal["postgresql"] && n.PostgreSQLReplication {
 		out = append(out, Secret{Name: PostgreSQLReplication, Type: "Opaque", Purpose: "PostgreSQL replication role (high availability)",
 			Keys: []Key{{Name: "username", Kind: Fixed, Value: "standby"}, {Name: "password", Kind: Password}}})
+		out = append(out, Secret{Name: PostgreSQLRewind, Type: "Opaque", Purpose: "PostgreSQL rewind role: how a former primary rejoins (high availability)",
+			Keys: []Key{{Name: "username", Kind: Fixed, Value: "rewind"}, {Name: "password", Kind: Password}}})
 	}
 	if n.Internal["redis"] {
 		out = append(out, Secret{Name: Redis, Type: "Opaque", Purpose: "Redis password",

@@ -60,8 +60,10 @@ func TestHighAvailability(t *testing.T) {
 	if sel, found, _ := unstructured.NestedMap(svc.Object, "spec", "selector"); found {
 		t.Errorf("Service postgresql selects %v: Patroni's Endpoints must be its only ones", sel)
 	}
-	if !slices.ContainsFunc(res.Secrets, func(s credentials.Secret) bool { return s.Name == credentials.PostgreSQLReplication }) {
-		t.Errorf("the plan has no %s Secret", credentials.PostgreSQLReplication)
+	for _, name := range []string{credentials.PostgreSQLReplication, credentials.PostgreSQLRewind} {
+		if !slices.ContainsFunc(res.Secrets, func(s credentials.Secret) bool { return s.Name == name }) {
+			t.Errorf("the plan has no %s Secret", name)
+		}
 	}
 
 	// RabbitMQ: three nodes of one cluster, its peer discovery's access,

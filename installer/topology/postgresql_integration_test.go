@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,6 +129,25 @@ func patroniFailover(t *testing.T, c *testcluster.Cluster, kc *kube.Cluster) {
 		t.Fatal(err)
 	}
 
+	// Before the loss, the two states a member's return must survive,
+	// both seen on kind when a rejoin failed:
+	//   - an admin rotation (`onprem rotate credentials --admin`): the
+	//     admin's password changed in the database while every member's
+	//     Patroni still holds the one its container started with;
+	//   - a cluster installed before the rewind role: the role is gone, so
+	//     the primary after the failover must create it (on-role.sh).
+	// The old primary then rejoins below only if Patroni checks the new
+	// leader and rewinds as the rewind role, which the primary re-created.
+	rotated := "rotated-" + strconv.FormatUint(rand.Uint64(), 36)
+	if err := exec("SET log_statement = 'none'; ALTER ROLE CURRENT_USER WITH PASSWORD '" + rotated + "'"); err != nil {
+		t.Fatalf("changing the admin's password as a rotation does: %v", err)
+	}
+	admin["password"] = []byte(rotated)
+	rewind := secretData(t, c.Client, ns, "onprem-postgresql-rewind")
+	if err := exec(fmt.Sprintf("DROP OWNED BY %q; DROP ROLE %q", rewind["username"], rewind["username"])); err != nil {
+		t.Fatalf("dropping the rewind role (a cluster from before it): %v", err)
+	}
+
 	// A client writes records, one connection each (as a service's pool
 	// reconnects), noting every commit the server acknowledged.
 	w := startWriter(func(id int) error { return exec("INSERT INTO records (id) VALUES ($1)", id) })
@@ -209,19 +229,101 @@ func patroniFailover(t *testing.T, c *testcluster.Cluster, kc *kube.Cluster) {
 
 	// The node returns: the old primary rejoins as a replica of the new one.
 	members[0].Start()
-	waitFor(t, members, 3*time.Minute, "postgresql-0 back as a replica", func() error {
+	// Back as a replica means following the primary, not only saying so:
+	// Patroni reports a member "running" as a replica while its PostgreSQL
+	// cannot stream from a primary whose history forked from its own (what
+	// a failed rewind leaves). A record written on the primary now must
+	// reach it.
+	marker := 1 << 30
+	backAsReplica := func(name string) {
+		t.Helper()
+		var i int
+		if _, err := fmt.Sscanf(name, topology.PostgreSQL+"-%d", &i); err != nil || i < 0 || i >= len(ips) {
+			t.Fatalf("%q is not one of the members", name)
+		}
+		marker++
+		id := marker
+		waitFor(t, members, 3*time.Minute, name+" back as a replica, with the primary's newest record", func() error {
+			top, err = topology.PostgreSQLCluster(ctx, kc.Client, ns)
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(top.Members, func(m topology.Member) bool {
+				return m.Name == name && m.Role == topology.RoleReplica && m.State == "running" && top.Primary != "" && top.Quorum
+			}) {
+				return fmt.Errorf("topology: %s", top.Summary())
+			}
+			if err := exec("INSERT INTO records (id) VALUES ($1) ON CONFLICT DO NOTHING", id); err != nil {
+				return fmt.Errorf("writing record %d on the primary: %w", id, err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			conn, err := pgx.Connect(cctx, dsn(ips[i]))
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			defer conn.Close(ctx)
+			var n int
+			if err := conn.QueryRow(cctx, "SELECT count(*) FROM records WHERE id = $1", id).Scan(&n); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if n != 1 {
+				return fmt.Errorf("%s has not received record %d written on the primary %s (topology: %s)", name, id, top.Primary, top.Summary())
+			}
+			return nil
+		})
+	}
+	backAsReplica("postgresql-0")
+	t.Logf("after the return: %s", top.Summary())
+	var grants string
+	waitFor(t, members, time.Minute, "the rewind role re-created on the primary with pg_rewind's functions", func() error {
+		ip, err := serviceAddress()
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(cctx, dsn(ip))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		return conn.QueryRow(cctx, `SELECT string_agg(f || '=' || has_function_privilege($1, f, 'EXECUTE'), ' ' ORDER BY f) FROM unnest(ARRAY[
+			'pg_catalog.pg_ls_dir(text, boolean, boolean)', 'pg_catalog.pg_stat_file(text, boolean)',
+			'pg_catalog.pg_read_binary_file(text)', 'pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean)']) AS f`,
+			string(rewind["username"])).Scan(&grants)
+	})
+	if strings.Contains(grants, "=false") {
+		t.Errorf("the rewind role lacks pg_rewind's functions: %s", grants)
+	}
+
+	// A primary whose Patroni stalls (an overloaded node, a partition)
+	// while its PostgreSQL runs on, the failure seen on kind: past ttl
+	// the others elect a new primary; when its loop goes on, Patroni
+	// demotes its PostgreSQL and must rejoin as a replica, which needs a
+	// login to the new leader (the rewind check). Its superuser password
+	// is still the one from before the rotation above.
+	stalled := top.Primary
+	var si int
+	if _, err := fmt.Sscanf(stalled, topology.PostgreSQL+"-%d", &si); err != nil || si < 0 || si >= len(members) {
+		t.Fatalf("the primary %q is not one of the members", stalled)
+	}
+	paused := time.Now()
+	members[si].Pause("patroni")
+	waitFor(t, members, 2*time.Minute, "a primary other than the stalled "+stalled, func() error {
 		top, err = topology.PostgreSQLCluster(ctx, kc.Client, ns)
 		if err != nil {
 			return err
 		}
-		for _, m := range top.Members {
-			if m.Name == "postgresql-0" && m.Role == topology.RoleReplica && m.State == "running" && top.Primary != "" && top.Quorum {
-				return nil
-			}
+		if top.Primary == "" || top.Primary == stalled {
+			return fmt.Errorf("topology: %s", top.Summary())
 		}
-		return fmt.Errorf("topology: %s", top.Summary())
+		return nil
 	})
-	t.Logf("after the return: %s", top.Summary())
+	t.Logf("%s's Patroni stalled: %s took over after %s", stalled, top.Primary, time.Since(paused).Round(100*time.Millisecond))
+	members[si].Resume()
+	backAsReplica(stalled)
+	t.Logf("after %s's Patroni went on: %s", stalled, top.Summary())
 	if !strings.HasPrefix(top.Summary(), "primary "+top.Primary+"; ") {
 		t.Errorf("summary %q does not name the primary first", top.Summary())
 	}
