@@ -55,7 +55,7 @@ var replication = Analyzer{
 					Remediation: "a failover takes about 25 s by itself; if none of the members is a replica that runs (see the evidence), " +
 						"bring back the node of the last primary or its volume; the members' logs say why they do not take the lock (onprem support-bundle)"})
 				continue
-			case !top.Healthy():
+			case !top.Healthy() && !onlyBehind(top):
 				out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: obj, Evidence: evidence,
 					Title: fmt.Sprintf("PostgreSQL runs with a member down (primary %s): %s", top.Primary, top.Summary()),
 					Remediation: "the platform serves; bring the member's node back (or drain and delete it, so that the member is scheduled elsewhere " +
@@ -66,6 +66,16 @@ var replication = Analyzer{
 					Remediation: "Patroni picks a new synchronous replica within a few seconds; if this lasts, the replicas' logs say why they do not stream"})
 			}
 			for _, m := range top.Members {
+				if m.BehindTimeline && top.Primary != "" {
+					out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: object("Pod", ns, m.Name), Evidence: evidence,
+						Title: fmt.Sprintf("PostgreSQL replica %s does not follow the primary %s: it is on timeline %d, the primary on a later one, so it receives none of its writes",
+							m.Name, top.Primary, m.Timeline),
+						Remediation: "a former primary that comes back is rewound by Patroni within a minute; if this lasts, its log says why (onprem support-bundle). " +
+							"'password authentication failed' there is a member whose rewind login the primary refuses: an onprem older than the rewind role, " +
+							"after an admin rotation (docs/rotation.md); 'onprem upgrade' or deleting the member's pod (replicas first) starts it with the right login. " +
+							"Otherwise rebuild it from the primary: kubectl exec into any member and run " +
+							"'patronictl -c /etc/patroni/member.yml reinit " + topology.PostgreSQL + " " + m.Name + "'"})
+				}
 				if m.LagBytes != nil && *m.LagBytes > LagWarningBytes {
 					out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: object("Pod", ns, m.Name), Evidence: evidence,
 						Title:       fmt.Sprintf("PostgreSQL replica %s is %d MiB behind the primary", m.Name, *m.LagBytes>>20),
@@ -75,6 +85,22 @@ var replication = Analyzer{
 		}
 		return out
 	},
+}
+
+// onlyBehind says whether every PostgreSQL member that does not count as
+// running is a replica behind the primary's timeline, which a finding of
+// its own names (with its own fix: its node is not the problem).
+func onlyBehind(top *topology.Topology) bool {
+	seen := false
+	for _, m := range top.Members {
+		switch {
+		case m.BehindTimeline:
+			seen = true
+		case !m.Ready || m.Role == topology.RoleUnknown:
+			return false
+		}
+	}
+	return seen && len(top.Members) >= top.Desired
 }
 
 func orNone(s string) string {

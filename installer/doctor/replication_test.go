@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,24 @@ func TestReplicationFindings(t *testing.T) {
 		}, "", "")
 		f := only(t, rep, "database-replication")
 		if len(f) != 1 || f[0].Severity != Error || !holds(f[0], "no primary") || f[0].Remediation == "" {
+			t.Errorf("findings: %+v", f)
+		}
+	})
+	t.Run("a former primary that did not rejoin: its own finding, not a member down", func(t *testing.T) {
+		onTimeline := func(p corev1.Pod, timeline int) corev1.Pod {
+			p.Annotations["status"] = fmt.Sprintf(`{"state":"running","xlog_location":%s,"timeline":%d}`,
+				map[bool]string{true: "300000000", false: "200000000"}[timeline == 1], timeline)
+			return p
+		}
+		rep := haSnapshot(3, []corev1.Pod{
+			onTimeline(haMember("postgresql-0", "replica", true, ""), 1),
+			onTimeline(haMember("postgresql-1", "master", true, ""), 2),
+			onTimeline(haMember("postgresql-2", "replica", true, ""), 2),
+		}, "postgresql-1", "postgresql-2")
+		f := only(t, rep, "database-replication")
+		if len(f) != 1 || f[0].Severity != Warning || f[0].Object != object("Pod", "onprem", "postgresql-0") ||
+			!holds(f[0], "postgresql-0 does not follow the primary postgresql-1: it is on timeline 1") ||
+			!strings.Contains(f[0].Remediation, "patronictl -c /etc/patroni/member.yml reinit postgresql postgresql-0") {
 			t.Errorf("findings: %+v", f)
 		}
 	})

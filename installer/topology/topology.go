@@ -77,6 +77,12 @@ type Member struct {
 	// unknown).
 	LagSeconds *float64 `json:"lagSeconds,omitempty"`
 	Timeline   int      `json:"timeline,omitempty"`
+	// BehindTimeline: a PostgreSQL replica on an older timeline than its
+	// primary's. Its server runs, and Patroni calls it a running replica,
+	// but it cannot stream from a primary whose history forked from its
+	// own until it is rewound: a former primary that has not rejoined.
+	// (Right after a failover every replica is behind for a few seconds.)
+	BehindTimeline bool `json:"behindTimeline,omitempty"`
 }
 
 // Topology is one replicated database.
@@ -112,7 +118,7 @@ func (t *Topology) Healthy() bool {
 	}
 	running := 0
 	for _, m := range t.Members {
-		if m.Ready && m.Role != RoleUnknown {
+		if m.Ready && m.Role != RoleUnknown && !m.BehindTimeline {
 			running++
 		}
 	}
@@ -142,6 +148,9 @@ func (t *Topology) Summary() string {
 		}
 		if m.LagSeconds != nil {
 			s += fmt.Sprintf(", lag %s", secondsText(*m.LagSeconds))
+		}
+		if m.BehindTimeline {
+			s += fmt.Sprintf(", not following: on timeline %d, the primary on %d", m.Timeline, t.primaryTimeline())
 		}
 		if t.Engine == "mongodb" && m.Role == RoleUnknown && m.State != "" {
 			s += " (" + strings.Trim(m.State, "()") + ")"
@@ -312,6 +321,12 @@ func FromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []corev1.
 			leaderXLog = statuses[i].XLog
 		}
 	}
+	var leaderTimeline int
+	for i, p := range members {
+		if p.Name == leader {
+			leaderTimeline = statuses[i].Timeline
+		}
+	}
 	for i := range members {
 		p, st := &members[i], statuses[i]
 		m := Member{Name: p.Name, Node: p.Spec.NodeName, Role: RoleUnknown, Ready: PodReady(p), State: st.State, Timeline: st.Timeline}
@@ -330,17 +345,30 @@ func FromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []corev1.
 			t.Primary = p.Name
 		}
 		m.Synchronous = slices.Contains(sync, p.Name)
-		if m.Role == RoleReplica && leaderXLog != nil && st.XLog != nil {
+		m.BehindTimeline = m.Role == RoleReplica && st.Timeline > 0 && leaderTimeline > st.Timeline
+		if m.Role == RoleReplica && !m.BehindTimeline && leaderXLog != nil && st.XLog != nil {
+			// (On an older timeline its position says nothing of what
+			// it has of the primary's: it may even be past it.)
 			m.LagBytes = ptr(max(0, *leaderXLog-*st.XLog))
 		}
 		t.Members = append(t.Members, m)
 	}
 	for _, m := range t.Members {
-		if m.Synchronous && m.Role == RoleReplica && m.Ready {
+		if m.Synchronous && m.Role == RoleReplica && m.Ready && !m.BehindTimeline {
 			t.Quorum = t.Primary != ""
 		}
 	}
 	return t
+}
+
+// primaryTimeline is the primary's timeline (0 when unknown).
+func (t *Topology) primaryTimeline() int {
+	for _, m := range t.Members {
+		if m.Name == t.Primary {
+			return m.Timeline
+		}
+	}
+	return 0
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -104,6 +104,23 @@ func TestPostgreSQLClusterDegraded(t *testing.T) {
 			lock("postgresql", map[string]string{"leader": "postgresql-1"}),
 			lock("postgresql-sync", map[string]string{"sync_standby": "postgresql-2"}),
 		}, "postgresql-1", true, false, []string{"primary postgresql-1"}},
+		// Seen with Patroni 3.0.2 when a former primary's rewind login was
+		// refused: "running" as a replica, on the old timeline, its
+		// position past the primary's, streaming nothing.
+		{"a former primary that did not rejoin", []runtime.Object{haSet(3),
+			member("postgresql-0", "n0", "replica", `{"state":"running","role":"replica","xlog_location":83886240,"timeline":1}`, true),
+			member("postgresql-1", "n1", "master", `{"state":"running","role":"master","xlog_location":67339968,"timeline":2}`, true),
+			member("postgresql-2", "n2", "replica", `{"state":"running","role":"replica","xlog_location":67339968,"timeline":2}`, true),
+			lock("postgresql", map[string]string{"leader": "postgresql-1", "optime": "67339968"}),
+			lock("postgresql-sync", map[string]string{"sync_standby": "postgresql-2"}),
+		}, "postgresql-1", true, false, []string{"postgresql-0 replica, not following: on timeline 1, the primary on 2;", "postgresql-2 replica (synchronous), lag 0 B"}},
+		{"the synchronous standby on an older timeline", []runtime.Object{haSet(3),
+			member("postgresql-0", "n0", "replica", `{"state":"running","role":"replica","timeline":1}`, true),
+			member("postgresql-1", "n1", "master", `{"state":"running","role":"master","timeline":2}`, true),
+			member("postgresql-2", "n2", "replica", `{"state":"running","role":"replica","timeline":2}`, true),
+			lock("postgresql", map[string]string{"leader": "postgresql-1"}),
+			lock("postgresql-sync", map[string]string{"sync_standby": "postgresql-0"}),
+		}, "postgresql-1", false, false, []string{"postgresql-0 replica (synchronous), not following"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
