@@ -184,9 +184,11 @@ func progressOf(s snapshot) string {
 // killedLease, so that the run after the kill takes the lock over within
 // seconds; the runs the test waits for hold steadyLease, which a busy
 // 2-core machine running several clusters cannot miss renewing (with 2 s,
-// the clean upgrade itself once lost its lock there).
+// the clean upgrade itself once lost its lock there). killedLease was 2 s
+// too, until a child to be killed late in an install, slowed to 30 s by
+// CI's load, lost it (a renewal 2 s late) and ended by itself first.
 const (
-	killedLease = 2 * time.Second
+	killedLease = 6 * time.Second
 	steadyLease = 30 * time.Second
 )
 
@@ -343,6 +345,14 @@ func killAtWrites(t *testing.T, c kubernetes.Interface, ns string, target int64,
 	for writes() < target {
 		select {
 		case err := <-done:
+			if strings.Contains(out.String(), "lost the installation lock") {
+				// Under load its lock's renewals came too late and it
+				// stopped by itself: an interruption all the same,
+				// which the re-run must converge from.
+				t.Logf("onprem %v lost its lock and stopped by itself (%v) after %d writes to Secrets, before write %d where it was to be killed",
+					args[0], err, writes(), target)
+				return time.Since(start), writes()
+			}
 			t.Fatalf("onprem %v ended by itself (%v) after %d writes to Secrets, before write %d where it was to be killed:\n%s",
 				args[0], err, writes(), target, out.String())
 		case <-limit:
