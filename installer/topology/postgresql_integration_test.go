@@ -110,7 +110,9 @@ func patroniFailover(t *testing.T, c *testcluster.Cluster, kc *kube.Cluster) {
 		}
 		return "", fmt.Errorf("Endpoints %s has no address", topology.PostgreSQL)
 	}
-	exec := func(sql string, args ...any) error {
+	// onPrimary runs do on a new connection to the primary (one per call,
+	// as a service's pool reconnects), bounded by 5 s.
+	onPrimary := func(do func(ctx context.Context, conn *pgx.Conn) error) error {
 		ip, err := serviceAddress()
 		if err != nil {
 			return err
@@ -122,8 +124,13 @@ func patroniFailover(t *testing.T, c *testcluster.Cluster, kc *kube.Cluster) {
 			return err
 		}
 		defer conn.Close(ctx)
-		_, err = conn.Exec(cctx, sql, args...)
-		return err
+		return do(cctx, conn)
+	}
+	exec := func(sql string, args ...any) error {
+		return onPrimary(func(ctx context.Context, conn *pgx.Conn) error {
+			_, err := conn.Exec(ctx, sql, args...)
+			return err
+		})
 	}
 	if err := exec("CREATE TABLE records (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		t.Fatal(err)
@@ -277,21 +284,12 @@ func patroniFailover(t *testing.T, c *testcluster.Cluster, kc *kube.Cluster) {
 	t.Logf("after the return: %s", top.Summary())
 	var grants string
 	waitFor(t, members, time.Minute, "the rewind role re-created on the primary with pg_rewind's functions", func() error {
-		ip, err := serviceAddress()
-		if err != nil {
-			return err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(cctx, dsn(ip))
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		return conn.QueryRow(cctx, `SELECT string_agg(f || '=' || has_function_privilege($1, f, 'EXECUTE'), ' ' ORDER BY f) FROM unnest(ARRAY[
+		return onPrimary(func(cctx context.Context, conn *pgx.Conn) error {
+			return conn.QueryRow(cctx, `SELECT string_agg(f || '=' || has_function_privilege($1, f, 'EXECUTE'), ' ' ORDER BY f) FROM unnest(ARRAY[
 			'pg_catalog.pg_ls_dir(text, boolean, boolean)', 'pg_catalog.pg_stat_file(text, boolean)',
 			'pg_catalog.pg_read_binary_file(text)', 'pg_catalog.pg_read_binary_file(text, bigint, bigint, boolean)']) AS f`,
-			string(rewind["username"])).Scan(&grants)
+				string(rewind["username"])).Scan(&grants)
+		})
 	})
 	if strings.Contains(grants, "=false") {
 		t.Errorf("the rewind role lacks pg_rewind's functions: %s", grants)
