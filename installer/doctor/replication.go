@@ -70,11 +70,13 @@ var replication = Analyzer{
 					out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: object("Pod", ns, m.Name), Evidence: evidence,
 						Title: fmt.Sprintf("PostgreSQL replica %s does not follow the primary %s: it is on timeline %d, the primary on a later one, so it receives none of its writes",
 							m.Name, top.Primary, m.Timeline),
-						Remediation: "a former primary that comes back is rewound by Patroni within a minute; if this lasts, its log says why (onprem support-bundle). " +
-							"'password authentication failed' there is a member whose rewind login the primary refuses: an onprem older than the rewind role, " +
-							"after an admin rotation (docs/rotation.md); 'onprem upgrade' or deleting the member's pod (replicas first) starts it with the right login. " +
-							"Otherwise rebuild it from the primary: kubectl exec into any member and run " +
-							"'patronictl -c /etc/patroni/member.yml reinit " + topology.PostgreSQL + " " + m.Name + "'"})
+						Remediation: "a former primary that comes back is rewound by Patroni within a minute; if this lasts, its log says why " +
+							"('kubectl -n " + ns + " logs " + m.Name + " -c " + topology.PostgreSQL + "', or onprem support-bundle). " +
+							"'password authentication failed' there is a member whose rewind login the primary refuses (an onprem older than the rewind role, " +
+							"after an admin rotation, docs/rotation.md): 'onprem upgrade apply' to this version restarts every member with the right login. " +
+							"Otherwise rebuild it from the primary (its data is replaced by a copy of the primary's): " +
+							"'kubectl -n " + ns + " exec " + m.Name + " -c " + topology.PostgreSQL + " -- patronictl -c /etc/patroni/member.yml reinit --force " +
+							topology.PostgreSQL + " " + m.Name + "'"})
 				}
 				if m.LagBytes != nil && *m.LagBytes > LagWarningBytes {
 					out = append(out, Finding{Severity: Warning, Component: topology.PostgreSQL, Object: object("Pod", ns, m.Name), Evidence: evidence,

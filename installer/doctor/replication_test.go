@@ -102,7 +102,7 @@ func TestReplicationFindings(t *testing.T) {
 		f := only(t, rep, "database-replication")
 		if len(f) != 1 || f[0].Severity != Warning || f[0].Object != object("Pod", "onprem", "postgresql-0") ||
 			!holds(f[0], "postgresql-0 does not follow the primary postgresql-1: it is on timeline 1") ||
-			!strings.Contains(f[0].Remediation, "patronictl -c /etc/patroni/member.yml reinit postgresql postgresql-0") {
+			!strings.Contains(f[0].Remediation, "kubectl -n onprem exec postgresql-0 -c postgresql -- patronictl -c /etc/patroni/member.yml reinit --force postgresql postgresql-0") {
 			t.Errorf("findings: %+v", f)
 		}
 	})
