@@ -328,9 +328,7 @@ func secretWrites(t *testing.T, c kubernetes.Interface, ns string) func() int64 
 func killAtWrites(t *testing.T, c kubernetes.Interface, ns string, target int64, args ...string) (time.Duration, int64) {
 	t.Helper()
 	writes := secretWrites(t, c, ns)
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := childCommand(args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
@@ -373,13 +371,28 @@ func killAtWrites(t *testing.T, c kubernetes.Interface, ns string, target int64,
 // process group after delay.
 func killAfter(t *testing.T, delay time.Duration, args ...string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := childCommand(args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(delay)
+	killGroup(cmd)
+}
+
+// childCommand is onprem run with args as a child process of the test
+// binary (TestMain runs the command line when childEnv is set), in a
+// process group of its own, so that killGroup ends it and whatever it
+// started at once, as a crash does.
+func childCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// killGroup SIGKILLs the process group of a started childCommand and
+// reaps it.
+func killGroup(cmd *exec.Cmd) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	cmd.Wait()
 }

@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,9 +26,7 @@ import (
 // before that.
 func killWhen(t *testing.T, marker string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := childCommand(args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -45,8 +41,7 @@ func killWhen(t *testing.T, marker string, args ...string) {
 	for sc.Scan() {
 		seen = append(seen, sc.Text())
 		if strings.Contains(sc.Text(), marker) {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			cmd.Wait()
+			killGroup(cmd)
 			return
 		}
 	}
