@@ -125,16 +125,36 @@ func printRestore(w io.Writer, res *action.RestoreResult, ok bool) {
 	if len(res.Databases) > 0 {
 		fmt.Fprintf(w, "  databases: %s\n", strings.Join(res.Databases, ", "))
 	}
+	attached := false
 	for _, r := range res.Runners {
-		fmt.Fprintf(w, "  runner %s: %s %s\n", r.Name, r.Outcome, r.Message)
+		attached = attached || r.Elapsed > 0
+		fmt.Fprintf(w, "  runner %s: %s%s\n", r.Name, r.Outcome, attachmentDetail(r))
 	}
 	for _, r := range res.Runtimes {
-		fmt.Fprintf(w, "  runtime %s: %s %s\n", r.Name, r.Outcome, r.Message)
+		attached = attached || r.Elapsed > 0
+		fmt.Fprintf(w, "  runtime %s: %s%s\n", r.Name, r.Outcome, attachmentDetail(r))
 	}
 	for _, t := range res.Todo {
 		fmt.Fprintf(w, "  to do: %s\n", t)
 	}
 	if ok {
-		fmt.Fprintf(w, "  in %s; check it with: onprem status --namespace %s\n", round(res.Elapsed), res.Namespace)
+		took := round(res.Elapsed).String()
+		if attached && res.Serving > 0 {
+			took += " (the platform served again after " + round(res.Serving).String() + "; then its runners and runtimes)"
+		}
+		fmt.Fprintf(w, "  in %s; check it with: onprem status --namespace %s\n", took, res.Namespace)
 	}
+}
+
+// attachmentDetail is what follows a runner's or runtime's outcome: its
+// time when it was installed (or tried), and the message.
+func attachmentDetail(r action.AttachmentResult) string {
+	s := ""
+	if r.Elapsed > 0 {
+		s += " in " + round(r.Elapsed).String()
+	}
+	if r.Message != "" {
+		s += ": " + r.Message
+	}
+	return s
 }

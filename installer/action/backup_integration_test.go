@@ -166,6 +166,11 @@ func TestBackupThenRestoreOntoAnEmptyCluster(t *testing.T) {
 	if out.Mode != RestoreEmptyCluster || out.Version != "2.8.0" || len(out.Databases) != len(a.pg)+len(a.mg) {
 		t.Fatalf("restore: %+v", out)
 	}
+	// No runner or runtime was registered: the platform's recovery time
+	// is the whole command's, nearly.
+	if out.Serving <= 0 || out.Serving > out.Elapsed || out.Elapsed-out.Serving > time.Second {
+		t.Errorf("the platform served again after %s of the restore's %s", out.Serving, out.Elapsed)
+	}
 	if n := int(restores.Load()); n != len(a.pg)+len(a.mg)+1 {
 		t.Fatalf("%d restore commands ran, want one per database and RabbitMQ's definitions (%d)", n, len(a.pg)+len(a.mg)+1)
 	}

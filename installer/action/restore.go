@@ -125,7 +125,12 @@ type RestoreResult struct {
 	Runtimes     []AttachmentResult      `json:"runtimes,omitempty"`
 	// Todo lists what the operator must still do (runtimes whose Git
 	// token was not given, attachments on other clusters to check).
-	Todo    []string      `json:"todo,omitempty"`
+	Todo []string `json:"todo,omitempty"`
+	// Serving is when the platform served again with the backup's data
+	// (every component Ready, the restore recorded), from the command's
+	// start: the recovery time of the platform itself. Elapsed, the
+	// whole command, adds the runners and runtimes installed again.
+	Serving time.Duration `json:"serving,omitempty"`
 	Elapsed time.Duration `json:"elapsed"`
 }
 
@@ -135,6 +140,8 @@ type AttachmentResult struct {
 	// Outcome: installed, left (on another cluster), skipped, failed.
 	Outcome string `json:"outcome"`
 	Message string `json:"message,omitempty"`
+	// Elapsed is how long its install took (installed or failed).
+	Elapsed time.Duration `json:"elapsed,omitempty"`
 }
 
 // LivePlatformError: the cluster runs a platform and Force was not given.
@@ -358,6 +365,7 @@ func (r *Restore) Run(ctx context.Context) (*RestoreResult, error) {
 		return out, err
 	}
 	unlock()
+	out.Serving = time.Since(start)
 	if out.Mode == RestoreEmptyCluster {
 		r.attach(ctx, o, l, cfgPath, cl, out)
 	}
@@ -620,12 +628,13 @@ func (r *Restore) attach(ctx context.Context, o *backup.Opened, l *Loaded, cfgPa
 		}
 		a := &RunnerInstall{Source: src, Cluster: r.Cluster, Name: name, Namespace: rec.Namespace, Concurrency: rec.Concurrency,
 			Timeout: r.Timeout, LockWait: r.LockWait, LockLease: r.LockLease, Reporter: r.Reporter}
+		began := time.Now()
 		if _, err := a.Run(ctx); err != nil {
-			out.Runners = append(out.Runners, AttachmentResult{Name: name, Outcome: "failed", Message: err.Error()})
+			out.Runners = append(out.Runners, AttachmentResult{Name: name, Outcome: "failed", Message: err.Error(), Elapsed: time.Since(began)})
 			out.Todo = append(out.Todo, fmt.Sprintf("runner %s: %v; then: onprem runner install %s -c onprem.yaml", name, err, name))
 			continue
 		}
-		out.Runners = append(out.Runners, AttachmentResult{Name: name, Outcome: "installed"})
+		out.Runners = append(out.Runners, AttachmentResult{Name: name, Outcome: "installed", Elapsed: time.Since(began)})
 	}
 	env := r.TokenEnv
 	if env == "" {
@@ -661,18 +670,19 @@ func (r *Restore) attach(ctx context.Context, o *backup.Opened, l *Loaded, cfgPa
 		}
 		a := &RuntimeInstall{Source: src, Cluster: r.Cluster, Name: name, Namespace: rec.Namespace, TokenFile: file, TokenEnv: env, PlatformTokenFile: r.PlatformTokenFile,
 			Fetch: r.RuntimeFetch, Timeout: r.Timeout, LockWait: r.LockWait, LockLease: r.LockLease, Reporter: r.Reporter}
+		began := time.Now()
 		if _, err := a.Run(ctx); err != nil {
-			out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "failed", Message: err.Error()})
+			out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "failed", Message: err.Error(), Elapsed: time.Since(began)})
 			out.Todo = append(out.Todo, fmt.Sprintf("runtime %s: %v", name, err))
 			continue
 		}
 		msg, err := restoreRuntimeObjects(ctx, o, cl, name, rec.Namespace)
 		if err != nil {
-			out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "failed", Message: err.Error()})
+			out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "failed", Message: err.Error(), Elapsed: time.Since(began)})
 			out.Todo = append(out.Todo, fmt.Sprintf("runtime %s: its Git sources and managed clusters: %v", name, err))
 			continue
 		}
-		out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "installed", Message: msg})
+		out.Runtimes = append(out.Runtimes, AttachmentResult{Name: name, Outcome: "installed", Message: msg, Elapsed: time.Since(began)})
 	}
 }
 
