@@ -39,8 +39,22 @@ sentinel_conf=/data/sentinel.conf
 
 log() { echo "redis-ha $1: $2" >&2; }
 
+nl='
+'
+
+# read_password sets pw to the mounted Secret's password (the
+# environment's until the kubelet has mounted it) with the shell's own
+# read: the keeper runs every second, and each process it starts costs
+# the node a fork and an exec.
+read_password() {
+  pw=""
+  if [ -s "$auth_file" ]; then IFS= read -r pw < "$auth_file" || :; fi
+  [ -n "$pw" ] || pw="$REDIS_PASSWORD"
+}
+
 current_password() {
-  if [ -s "$auth_file" ]; then cat "$auth_file"; else printf '%s' "$REDIS_PASSWORD"; fi
+  read_password
+  printf '%s' "$pw"
 }
 
 # find_master prints the master's name: the one a member's Sentinel
@@ -121,7 +135,8 @@ sentinel() {
 }
 
 cli() {
-  REDISCLI_AUTH="$(current_password)" redis-cli -h "$local_host" -p 6379 --no-auth-warning --raw "$@"
+  read_password
+  REDISCLI_AUTH="$pw" redis-cli -h "$local_host" -p 6379 --no-auth-warning --raw "$@"
 }
 
 sentinel_cli() {
@@ -132,7 +147,9 @@ api="https://${KUBERNETES_SERVICE_HOST:-kubernetes.default.svc}:${KUBERNETES_SER
 sa=/var/run/secrets/kubernetes.io/serviceaccount
 
 kube() {
-  curl -sS --max-time 5 --cacert "$sa/ca.crt" -H "Authorization: Bearer $(cat "$sa/token")" "$@"
+  token=""
+  IFS= read -r token < "$sa/token" || :
+  curl -sS --max-time 5 --cacert "$sa/ca.crt" -H "Authorization: Bearer $token" "$@"
 }
 
 # point_service makes the Endpoints of the Service redis name this pod
@@ -155,17 +172,22 @@ point_service() {
 # the mounted Secret holds, labels the pod with its role, notes the master
 # on the volume, and, on the master that the Sentinels name (and that has
 # a replica, or finds the Service empty), points the Service redis at it.
+# A round starts three processes (sleep, and redis-cli asking Sentinel
+# and the server); the rest is the shell's own. The master reads the
+# Service's Endpoints from the API server every round until they name it,
+# then every tenth round.
 keeper() {
   # The container's first process: without a trap, SIGTERM is ignored and
   # a stopping pod waits out its whole grace period (60 s) for the kill.
   trap 'exit 0' TERM INT
   applied=""
   labelled=""
+  pointed=0
   while :; do
     sleep 1
-    # The probes' sign of life.
-    touch /data/.keeper-alive
-    pw="$(current_password)"
+    # The probes' sign of life (the file's time, set by the shell).
+    : > /data/.keeper-alive
+    read_password
     if [ "$pw" != "$applied" ]; then
       a="$(printf 'CONFIG SET masterauth %s\n' "$pw" | REDISCLI_AUTH="$pw" redis-cli -h "$local_host" -p 6379 --no-auth-warning 2>/dev/null)" || a=""
       b="$(printf 'SENTINEL SET %s auth-pass %s\n' "$name" "$pw" | redis-cli -h "$local_host" -p 26379 2>/dev/null)" || b=""
@@ -174,11 +196,17 @@ keeper() {
         applied="$pw"
       fi
     fi
-    master="$(sentinel_cli sentinel get-master-addr-by-name "$name" 2>/dev/null | head -n 1)" || master=""
+    master="$(redis-cli -h "$local_host" -p 26379 --raw sentinel get-master-addr-by-name "$name" 2>/dev/null)" || master=""
+    master="${master%%"$nl"*}"
     case "$master" in
-      *.*) [ "$master" = "$(cat "$known" 2>/dev/null)" ] || printf '%s\n' "$master" > "$known" ;;
+      *.*)
+        last=""
+        if [ -s "$known" ]; then IFS= read -r last < "$known" || :; fi
+        [ "$master" = "$last" ] || printf '%s\n' "$master" > "$known"
+        ;;
     esac
-    role="$(cli role 2>/dev/null | head -n 1)" || role=""
+    role="$(REDISCLI_AUTH="$pw" redis-cli -h "$local_host" -p 6379 --no-auth-warning --raw role 2>/dev/null)" || role=""
+    role="${role%%"$nl"*}"
     case "$role" in
       master|slave)
         [ "$role" = slave ] && role=replica
@@ -190,19 +218,27 @@ keeper() {
         ;;
     esac
     if [ "$master" != "$me" ] || [ "$role" != master ]; then
+      pointed=0
       continue
+    fi
+    # pointed counts the rounds since the Endpoints were seen to name
+    # this master (0: not yet).
+    if [ "$pointed" -gt 0 ]; then
+      pointed=$((pointed + 1))
+      [ $((pointed % 10)) -eq 1 ] || continue
     fi
     ep="$(kube "$api/api/v1/namespaces/$NAMESPACE/endpoints/$name" 2>/dev/null)" || continue
     case "$ep" in
-      *"\"ip\":\"$POD_IP\""*) continue ;;
+      *"\"ip\":\"$POD_IP\""*) [ "$pointed" -gt 0 ] || pointed=1; continue ;;
     esac
+    pointed=0
     # A master cut off from the others (its Sentinel in a minority still
     # names it) has no replica left: it does not take the Service back.
     replicas="$(cli info replication 2>/dev/null | sed -n 's/^connected_slaves:\([0-9]*\).*/\1/p')" || replicas=""
     case "$ep" in
       *'"ip":'*) [ "${replicas:-0}" -ge 1 ] || continue ;;
     esac
-    point_service || true
+    if point_service; then pointed=1; fi
   done
 }
 
