@@ -173,7 +173,9 @@ point_service() {
 # on the volume, and, on the master that the Sentinels name (and that has
 # a replica, or finds the Service empty), points the Service redis at it.
 # A round starts three processes (sleep, and redis-cli asking Sentinel
-# and the server); the rest is the shell's own. The master reads the
+# and the server); the rest is the shell's own. Those two redis-cli are
+# written out rather than called through cli and sentinel_cli: the shell
+# forks once more to run a function in a command substitution. The master reads the
 # Service's Endpoints from the API server every round until they name it,
 # then every tenth round.
 keeper() {
