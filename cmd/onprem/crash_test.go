@@ -304,7 +304,13 @@ func secretWrites(t *testing.T, c kubernetes.Interface, ns string) func() int64 
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := c.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{})
+	// From the Secrets that exist now: a watch without a resource version
+	// would first report each of them as added.
+	list, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.CoreV1().Secrets(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +327,7 @@ func secretWrites(t *testing.T, c kubernetes.Interface, ns string) func() int64 
 }
 
 // killAtWrites runs onprem with args as a child process and SIGKILLs its
-// process group once the install has made target writes to Secrets in ns
+// process group once it has made target writes to Secrets in ns
 // (or after two minutes, or when it ends by itself, which fails the
 // test: a kill that never happened tests nothing). It says when the kill
 // came and how many writes had been seen.
@@ -365,18 +371,6 @@ func killAtWrites(t *testing.T, c kubernetes.Interface, ns string, target int64,
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-done
 	return at, seen
-}
-
-// killAfter runs onprem with args as a child process and SIGKILLs its
-// process group after delay.
-func killAfter(t *testing.T, delay time.Duration, args ...string) {
-	t.Helper()
-	cmd := childCommand(args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(delay)
-	killGroup(cmd)
 }
 
 // childCommand is onprem run with args as a child process of the test
@@ -439,26 +433,36 @@ func TestUpgradeCrashSafety(t *testing.T) {
 		return err
 	}
 	install(t, "upgrade-ref")
+	// The kills are spread over the clean upgrade's writes to Secrets
+	// (the state's record, Helm's record of each release as it goes
+	// pending, deployed and superseded), not over its duration: spread
+	// over time, the six kills running side by side went slower than the
+	// reference had and all came early (CI of 2026-12-02: only two
+	// points, "before the upgrade began" and the first step's apply).
+	refWrites := secretWrites(t, c.Client, "upgrade-ref")
 	start := time.Now()
 	if err := upgrade(t, "upgrade-ref"); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
+	total := refWrites()
 	ref := take(t, c.Client, "upgrade-ref")
 	ref.Secrets = nil
-	t.Logf("clean upgrade took %s: %d objects, %d releases", took, len(ref.Objects), len(ref.Releases))
+	t.Logf("clean upgrade took %s, %d writes to Secrets: %d objects, %d releases", took, total, len(ref.Objects), len(ref.Releases))
 
 	// Each kill has its own namespace, so the kills run side by side (as
-	// many as -parallel allows); their delays are fractions of the clean
-	// upgrade, which ran while the package's other parallel tests ran too.
+	// many as -parallel allows).
 	const kills = 6
+	if total < 2*kills {
+		t.Fatalf("a clean upgrade made %d writes to Secrets: too few to spread %d kills over", total, kills)
+	}
 	var mu sync.Mutex
 	points := map[string]bool{}
 	t.Run("kills", func(t *testing.T) {
 		for i := 0; i < kills; i++ {
 			t.Run(fmt.Sprintf("kill-%d", i), func(t *testing.T) {
 				t.Parallel()
-				upgradeKill(t, c, dir, i, took*time.Duration(2*i+1)/(2*kills), ref, install, upgrade, func(p string) {
+				upgradeKill(t, c, dir, i, total*int64(2*i+1)/(2*kills), total, ref, install, upgrade, func(p string) {
 					mu.Lock()
 					defer mu.Unlock()
 					points[p] = true
@@ -466,30 +470,46 @@ func TestUpgradeCrashSafety(t *testing.T) {
 			})
 		}
 	})
-	if len(points) < 3 {
+	if len(points) < 4 {
 		t.Errorf("the kills hit only %d distinct points of the upgrade: %v", len(points), points)
+	}
+	for _, step := range []string{"step 2.6.3 → 2.7.0", "step 2.7.0 → 2.8.0"} {
+		hit := false
+		for p := range points {
+			hit = hit || strings.HasPrefix(p, step)
+		}
+		if !hit {
+			t.Errorf("no kill came during %s: %v", step, points)
+		}
 	}
 }
 
 // upgradeKill is one kill of TestUpgradeCrashSafety, in its own namespace:
-// install 2.6.3, kill 'onprem upgrade apply' after delay, on odd kills roll
-// back first, then upgrade again and compare with the clean upgrade ref.
-func upgradeKill(t *testing.T, c *testcluster.Cluster, dir string, i int, delay time.Duration, ref snapshot,
+// install 2.6.3, kill 'onprem upgrade apply' at its target-th write to
+// Secrets (of total in a clean upgrade), on odd kills roll back first,
+// then upgrade again and compare with the clean upgrade ref.
+func upgradeKill(t *testing.T, c *testcluster.Cluster, dir string, i int, target, total int64, ref snapshot,
 	install func(*testing.T, string), upgrade func(*testing.T, string) error, mark func(string)) {
 	ctx := context.Background()
 	cl := kube.Options{Kubeconfig: c.Kubeconfig}
 	ns := fmt.Sprintf("upgrade-%d", i)
 	install(t, ns)
 	secrets := take(t, c.Client, ns).Secrets
-	killAfter(t, delay, "upgrade", "apply", "-c", crashConfigAt(t, dir, ns, "2.8.0"), "--kubeconfig", c.Kubeconfig,
+	at, writes := killAtWrites(t, c.Client, ns, target, "upgrade", "apply", "-c", crashConfigAt(t, dir, ns, "2.8.0"), "--kubeconfig", c.Kubeconfig,
 		"--lock-lease", killedLease.String(), "--timeout", "2m")
 	st, err := state.NewStore(c.Client, ns).Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	point := upgradePoint(st)
+	// Where it stopped: the step and its phase, and how many revisions of
+	// releases Helm had recorded (within a step's apply, how far it got).
+	revs, err := c.Client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	point := fmt.Sprintf("%s, %d release revisions", upgradePoint(st), len(revs.Items))
 	mark(point)
-	t.Logf("kill %d after %-6s: %s, platform at %s", i, delay.Round(10*time.Millisecond), point, st.Version)
+	t.Logf("kill %d at write %d of %d (seen %d, after %-6s): %s, platform at %s", i, target, total, writes, at.Round(10*time.Millisecond), point, st.Version)
 
 	if i%2 == 1 {
 		good := st.Version
