@@ -75,8 +75,12 @@ func StatefulSet(ctx context.Context, o Options, name string) error {
 		}
 		select {
 		case <-ctx.Done():
+			why := r.waiting
+			if why == "" {
+				why = "the API server had not answered its first look at the StatefulSet and its pods"
+			}
 			return fmt.Errorf("rolling StatefulSet %s/%s (%s; the members already replaced are kept, and running the same command again finishes the roll): %w",
-				o.Namespace, name, r.waiting, context.Cause(ctx))
+				o.Namespace, name, why, context.Cause(ctx))
 		case <-t.C:
 		}
 	}

@@ -256,3 +256,17 @@ func containsLine(lines []string, want string) bool {
 	}
 	return false
 }
+
+// An API server that does not answer before the deadline: the error says
+// so instead of an empty reason.
+func TestRollSaysWhenTheAPIServerNeverAnswered(t *testing.T) {
+	c := newCluster(t, statefulSet(appsv1.OnDeleteStatefulSetStrategyType))
+	c.PrependReactor("get", "statefulsets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		time.Sleep(300 * time.Millisecond) // past roll's deadline
+		return true, nil, context.DeadlineExceeded
+	})
+	_, err := roll(t, c, 100*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "rolling StatefulSet onprem/postgresql (the API server had not answered its first look") {
+		t.Errorf("error %v, want one that says the API server had not answered", err)
+	}
+}
