@@ -377,7 +377,10 @@ func TestNeverReadyComponentRollsTheStepBack(t *testing.T) {
 	src, cl := clusterConfig(t, c, upgradePlatform("2.7.0",
 		overlay(t, "Deployment", "pipelines-api", testcluster.AnnotationNeverReady)))
 	rep := &phases{}
-	_, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 20 * time.Second, Reporter: rep}).Run(ctx)
+	// The timeout is also each rollback's bound (upgrade.RollbackTimeout):
+	// with 20 s, RabbitMQ's rollback on CI's loaded machine once ran out
+	// before the API server had answered its roll's first look.
+	_, err := (&UpgradeApply{UpgradeTarget: UpgradeTarget{Source: src, Cluster: cl}, Timeout: 40 * time.Second, Reporter: rep}).Run(ctx)
 	var fe *upgrade.FailedError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "pipelines-api") || fe.RollbackErr != nil {
 		t.Fatalf("err = %v", err)
