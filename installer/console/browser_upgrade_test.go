@@ -76,7 +76,10 @@ func TestConsoleUpgradeInABrowser(t *testing.T) {
 	write(upgradeConfig("2.6.3", neverReady(t)))
 	target := action.Target{Cluster: cl, ConfigPath: cfg}
 
-	login, base := serve(t, console.Actions{Target: target, Timeout: 20 * time.Second})
+	// The timeout is also each rollback's bound (upgrade.RollbackTimeout):
+	// with 20 s, the same never-ready step in installer/action's test once
+	// failed its rollback of RabbitMQ on CI's loaded machine.
+	login, base := serve(t, console.Actions{Target: target, Timeout: 40 * time.Second})
 
 	bctx := browser(t, chrome, 8*time.Minute)
 	dir := artifacts(t)
