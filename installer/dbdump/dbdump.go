@@ -195,13 +195,20 @@ if [ -n "$next" ] && ! PGPASSWORD="${POSTGRES_PASSWORD:-}" PGCONNECT_TIMEOUT=5 p
 fi
 `
 
+// databaseEngine checks the name of database db, then returns the named
+// engine: what DumpCommand and RestoreCommand need before they build
+// their command.
+func databaseEngine(engine, db string) (Engine, error) {
+	if err := checkDatabase(db); err != nil {
+		return Engine{}, err
+	}
+	return Get(engine)
+}
+
 // DumpCommand returns the command that writes a logical dump of database
 // db to its standard output.
 func DumpCommand(engine, db string) ([]string, error) {
-	if err := checkDatabase(db); err != nil {
-		return nil, err
-	}
-	e, err := Get(engine)
+	e, err := databaseEngine(engine, db)
 	if err != nil {
 		return nil, err
 	}
@@ -226,10 +233,7 @@ func DumpCommand(engine, db string) ([]string, error) {
 // PostgreSQL drops and recreates each dumped object in one transaction,
 // so a restore that fails changes nothing.
 func RestoreCommand(engine, db string) ([]string, error) {
-	if err := checkDatabase(db); err != nil {
-		return nil, err
-	}
-	e, err := Get(engine)
+	e, err := databaseEngine(engine, db)
 	if err != nil {
 		return nil, err
 	}
