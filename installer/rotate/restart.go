@@ -57,9 +57,7 @@ func workloads(ctx context.Context, c kubernetes.Interface, ns string, names, sk
 	}
 	for i := range deps.Items {
 		d := &deps.Items[i]
-		if used := secretsRead(&d.Spec.Template.Spec, names); len(used) > 0 {
-			out = append(out, workload{kind: "Deployment", name: d.Name, template: &d.Spec.Template, secrets: used})
-		}
+		out = appendIfReads(out, "Deployment", d.Name, &d.Spec.Template, names)
 	}
 	sets, err := c.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -67,13 +65,21 @@ func workloads(ctx context.Context, c kubernetes.Interface, ns string, names, sk
 	}
 	for i := range sets.Items {
 		s := &sets.Items[i]
-		if used := secretsRead(&s.Spec.Template.Spec, names); len(used) > 0 {
-			out = append(out, workload{kind: "StatefulSet", name: s.Name, template: &s.Spec.Template, secrets: used})
-		}
+		out = appendIfReads(out, "StatefulSet", s.Name, &s.Spec.Template, names)
 	}
 	out = slices.DeleteFunc(out, func(w workload) bool { return slices.Contains(skip, w.String()) })
 	slices.SortFunc(out, func(a, b workload) int { return strings.Compare(a.String(), b.String()) })
 	return out, nil
+}
+
+// appendIfReads appends to out the workload kind/name, whose pods are
+// made from template, when those pods read any of the Secrets names
+// (secretsRead); else it returns out as it is.
+func appendIfReads(out []workload, kind, name string, template *corev1.PodTemplateSpec, names []string) []workload {
+	if used := secretsRead(&template.Spec, names); len(used) > 0 {
+		out = append(out, workload{kind: kind, name: name, template: template, secrets: used})
+	}
+	return out
 }
 
 // secretsRead lists which of names a pod reads: through its containers'
