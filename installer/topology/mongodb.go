@@ -367,10 +367,7 @@ func memberPod(name string) string {
 // is healthy (PRIMARY or SECONDARY): the set then has, or elects, a
 // primary, and majority writes are acknowledged.
 func MongoDBFromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, answer *MongoDBAnswer) *Topology {
-	t := &Topology{Engine: MongoDB}
-	if sts != nil && sts.Spec.Replicas != nil {
-		t.Desired = int(*sts.Spec.Replicas)
-	}
+	t := &Topology{Engine: MongoDB, Desired: desiredReplicas(sts)}
 	members := clusterPods(sts, pods, MongoDBClusterLabel, MongoDB)
 	if members == nil {
 		return t

@@ -41,10 +41,7 @@ func RabbitMQCluster(ctx context.Context, c kubernetes.Interface, namespace stri
 // live, and what a support bundle holds). Its Quorum is a majority of the
 // desired nodes ready.
 func RabbitMQFromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod) *Topology {
-	t := &Topology{Engine: "rabbitmq", Leaderless: true}
-	if sts != nil && sts.Spec.Replicas != nil {
-		t.Desired = int(*sts.Spec.Replicas)
-	}
+	t := &Topology{Engine: "rabbitmq", Leaderless: true, Desired: desiredReplicas(sts)}
 	nodes := clusterPods(sts, pods, RabbitMQClusterLabel, RabbitMQ)
 	if nodes == nil {
 		return t

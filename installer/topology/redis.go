@@ -48,10 +48,7 @@ func RedisCluster(ctx context.Context, c kubernetes.Interface, namespace string)
 // keeper is gone with it); Quorum holds when it has a ready replica and a majority
 // of the desired members is ready (the Sentinels that elect a new master).
 func RedisFromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []corev1.Endpoints) *Topology {
-	t := &Topology{Engine: "redis"}
-	if sts != nil && sts.Spec.Replicas != nil {
-		t.Desired = int(*sts.Spec.Replicas)
-	}
+	t := &Topology{Engine: "redis", Desired: desiredReplicas(sts)}
 	members := clusterPods(sts, pods, RedisClusterLabel, Redis)
 	if members == nil {
 		return t

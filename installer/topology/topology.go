@@ -269,15 +269,21 @@ func readMembers(ctx context.Context, c kubernetes.Interface, namespace, name, l
 	return sts, pods.Items, nil
 }
 
+// desiredReplicas is how many replicas StatefulSet sts asks for: 0 when
+// there is no StatefulSet (nil) or it sets no replicas.
+func desiredReplicas(sts *appsv1.StatefulSet) int {
+	if sts == nil || sts.Spec.Replicas == nil {
+		return 0
+	}
+	return int(*sts.Spec.Replicas)
+}
+
 // FromObjects is PostgreSQL's topology from its StatefulSet (nil when
 // there is none), the pods and the Endpoints of namespace that carry
 // ClusterLabel (what PostgreSQLCluster reads live, and what a support
 // bundle holds).
 func FromObjects(sts *appsv1.StatefulSet, pods []corev1.Pod, endpoints []corev1.Endpoints) *Topology {
-	t := &Topology{Engine: "postgresql"}
-	if sts != nil && sts.Spec.Replicas != nil {
-		t.Desired = int(*sts.Spec.Replicas)
-	}
+	t := &Topology{Engine: "postgresql", Desired: desiredReplicas(sts)}
 	var members []corev1.Pod
 	for _, p := range pods {
 		if p.Labels[ClusterLabel] == PostgreSQL {
