@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"onprem.dev/onprem/installer/config"
 )
@@ -29,6 +30,28 @@ func clusterChecks() []Check {
 		runtimesCheck(),
 		networkPolicyCheck(),
 		availabilityCheck(),
+	}
+}
+
+// eachRenderedEntry calls fn, in the order they are rendered, with each
+// entry of the list at fields (e.g. spec, ports) of every rendered object
+// of kind, with the name of the component and the object that hold it.
+// Entries that are not maps are passed over.
+func eachRenderedEntry(env *Env, kind string, fields []string, fn func(component string, o *unstructured.Unstructured, entry map[string]any)) {
+	for _, c := range env.Rendered.Components {
+		for _, o := range c.Objects {
+			if o.GetKind() != kind {
+				continue
+			}
+			list, _, _ := unstructured.NestedSlice(o.Object, fields...)
+			for _, e := range list {
+				m, ok := e.(map[string]any)
+				if !ok {
+					continue
+				}
+				fn(c.Name, o, m)
+			}
+		}
 	}
 }
 

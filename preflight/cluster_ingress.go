@@ -159,27 +159,15 @@ func checkIngressClass(ctx context.Context, env *Env, f *findings) error {
 func renderedNodePorts(env *Env) map[int64]string {
 	out := map[int64]string{}
 	ns := platformNamespace(env)
-	for _, c := range env.Rendered.Components {
-		for _, o := range c.Objects {
-			if o.GetKind() != "Service" {
-				continue
+	eachRenderedEntry(env, "Service", []string{"spec", "ports"}, func(_ string, o *unstructured.Unstructured, m map[string]any) {
+		if np, found, _ := unstructured.NestedInt64(m, "nodePort"); found && np > 0 {
+			objNS := o.GetNamespace()
+			if objNS == "" {
+				objNS = ns
 			}
-			ports, _, _ := unstructured.NestedSlice(o.Object, "spec", "ports")
-			for _, p := range ports {
-				m, ok := p.(map[string]any)
-				if !ok {
-					continue
-				}
-				if np, found, _ := unstructured.NestedInt64(m, "nodePort"); found && np > 0 {
-					objNS := o.GetNamespace()
-					if objNS == "" {
-						objNS = ns
-					}
-					out[np] = objNS + "/" + o.GetName()
-				}
-			}
+			out[np] = objNS + "/" + o.GetName()
 		}
-	}
+	})
 	return out
 }
 

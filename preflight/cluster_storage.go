@@ -46,26 +46,14 @@ type claim struct {
 // renderedClaims lists the volume claims the rendered StatefulSets make.
 func renderedClaims(env *Env) []claim {
 	var out []claim
-	for _, c := range env.Rendered.Components {
-		for _, o := range c.Objects {
-			if o.GetKind() != "StatefulSet" {
-				continue
-			}
-			vcts, _, _ := unstructured.NestedSlice(o.Object, "spec", "volumeClaimTemplates")
-			for _, v := range vcts {
-				m, ok := v.(map[string]any)
-				if !ok {
-					continue
-				}
-				cl := claim{Component: c.Name, Object: "StatefulSet/" + o.GetName()}
-				cl.Name, _, _ = unstructured.NestedString(m, "metadata", "name")
-				if sc, found, _ := unstructured.NestedString(m, "spec", "storageClassName"); found {
-					cl.Class = &sc
-				}
-				out = append(out, cl)
-			}
+	eachRenderedEntry(env, "StatefulSet", []string{"spec", "volumeClaimTemplates"}, func(component string, o *unstructured.Unstructured, m map[string]any) {
+		cl := claim{Component: component, Object: "StatefulSet/" + o.GetName()}
+		cl.Name, _, _ = unstructured.NestedString(m, "metadata", "name")
+		if sc, found, _ := unstructured.NestedString(m, "spec", "storageClassName"); found {
+			cl.Class = &sc
 		}
-	}
+		out = append(out, cl)
+	})
 	return out
 }
 
