@@ -82,16 +82,12 @@ func Init(ctx context.Context, r Remote, runtime string, designate bool) (*Resul
 			return nil, err
 		}
 	}
-	res, err := c.update(ctx, func(l layout, res *Result) ([]string, string, error) {
-		paths, err := l.ensure()
-		if err != nil {
-			return nil, "", err
-		}
-		res.Initialised = len(paths) > 0
+	res, err := c.updateLayout(ctx, func(l layout, res *Result, paths []string) ([]string, string, error) {
 		msg := []string{}
 		if res.Initialised {
 			msg = append(msg, "onprem: create the configuration layout in "+l.path(ResourcesDir))
 		}
+		var err error
 		if res.ConfigRuntime, err = l.designated(); err != nil {
 			return nil, "", err
 		}
@@ -119,12 +115,7 @@ func Designate(ctx context.Context, r Remote, runtime string) (*Result, error) {
 	if err := checkRuntime(runtime); err != nil {
 		return nil, err
 	}
-	res, err := c.update(ctx, func(l layout, res *Result) ([]string, string, error) {
-		paths, err := l.ensure()
-		if err != nil {
-			return nil, "", err
-		}
-		res.Initialised = len(paths) > 0
+	res, err := c.updateLayout(ctx, func(l layout, res *Result, paths []string) ([]string, string, error) {
 		// An unreadable designation is overwritten: designating is its fix.
 		previous, _ := l.designated()
 		res.ConfigRuntime = runtime

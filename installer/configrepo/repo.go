@@ -229,6 +229,20 @@ func (c *conn) lostRace(ctx context.Context, co *checkout) bool {
 // files it wrote and the commit's message (no files: nothing to commit).
 type change func(l layout, res *Result) (paths []string, message string, err error)
 
+// updateLayout is update with the layout created first where it is
+// missing, res.Initialised saying whether it was: ch gets the files that
+// creation wrote, and returns all the files to commit, and the message.
+func (c *conn) updateLayout(ctx context.Context, ch func(l layout, res *Result, created []string) (paths []string, message string, err error)) (*Result, error) {
+	return c.update(ctx, func(l layout, res *Result) ([]string, string, error) {
+		created, err := l.ensure()
+		if err != nil {
+			return nil, "", err
+		}
+		res.Initialised = len(created) > 0
+		return ch(l, res, created)
+	})
+}
+
 // update reads the branch, applies ch, then commits and pushes what
 // changed. When another writer pushed first, it reads the branch again and
 // retries.
