@@ -82,16 +82,10 @@ func adminRotation(ctx context.Context, o CredentialsOptions, newPassword func()
 	st := &staged{res: &CredentialsResult{Engine: o.Engine, DryRun: o.DryRun, Logins: []LoginChange{ch}}, what: o.Engine + " admin password"}
 	st.switchOver = func(ctx context.Context) error {
 		w := &secretSteps{api: api, ref: ref, s: s}
-		if len(s.Data[keyNextPassword]) == 0 {
-			pw, err := newPassword()
-			if err != nil {
-				return fmt.Errorf("a new password for %s: %w", ref, err)
-			}
-			if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
-				return err
-			}
+		current, next, err := w.nextPassword(ctx, newPassword)
+		if err != nil {
+			return err
 		}
-		current, next := w.s.Data["password"], w.s.Data[keyNextPassword]
 		say("%s: waiting for the kubelet to give the database's pod the admin's next password", o.Engine)
 		refreshMounts(ctx, o.Client, o.Namespace, o.Engine, time.Now())
 		werr := waitMounted(ctx, timeout, ErrNoAdminFile, next, func(ctx context.Context) (bool, error) {
@@ -106,7 +100,7 @@ func adminRotation(ctx context.Context, o CredentialsOptions, newPassword func()
 			return fmt.Errorf("setting the %s admin's new password (run the rotation again): %w", o.Engine,
 				redactErr(redactErr(err, next), current))
 		}
-		err := w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
+		err = w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
 			n.Data["password"] = next
 			delete(n.Data, keyNextPassword)
 			n.Annotations[AnnotationRotatedAt] = now.UTC().Format(time.RFC3339)

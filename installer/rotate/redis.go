@@ -78,22 +78,16 @@ func redisRotation(ctx context.Context, o CredentialsOptions, newPassword func()
 		if w.s.Annotations[AnnotationRetire] != "" {
 			return nil // switched already; the services restart next
 		}
-		if len(w.s.Data[keyNextPassword]) == 0 {
-			pw, err := newPassword()
-			if err != nil {
-				return fmt.Errorf("a new password for %s: %w", ref, err)
-			}
-			if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
-				return err
-			}
+		current, next, err := w.nextPassword(ctx, newPassword)
+		if err != nil {
+			return err
 		}
-		current, next := w.s.Data["password"], w.s.Data[keyNextPassword]
 		say("redis: adding the new password to user %s", redisUser)
 		if err := rp.AddPassword(ctx, current, next); err != nil {
 			return fmt.Errorf("adding Redis's new password (the services still use the old one; run the rotation again): %w",
 				redactErr(redactErr(err, next), current))
 		}
-		err := w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
+		err = w.write(ctx, "switching to the new password", func(n *corev1.Secret) {
 			n.Data["password"] = n.Data[keyNextPassword]
 			delete(n.Data, keyNextPassword)
 			n.Annotations[AnnotationRetire] = redisUser + " (previous password)"

@@ -85,3 +85,20 @@ func orFiveMinutes(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// nextPassword makes sure the Secret holds a next password (keyNextPassword),
+// generating one with newPassword and writing it when it has none (a run
+// that was killed after writing it finds it there and uses it), and
+// returns the current password and the next one.
+func (w *secretSteps) nextPassword(ctx context.Context, newPassword func() ([]byte, error)) (current, next []byte, err error) {
+	if len(w.s.Data[keyNextPassword]) == 0 {
+		pw, err := newPassword()
+		if err != nil {
+			return nil, nil, fmt.Errorf("a new password for %s: %w", w.ref, err)
+		}
+		if err := w.write(ctx, "writing the next password", func(n *corev1.Secret) { n.Data[keyNextPassword] = pw }); err != nil {
+			return nil, nil, err
+		}
+	}
+	return w.s.Data["password"], w.s.Data[keyNextPassword], nil
+}
