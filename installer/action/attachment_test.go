@@ -120,8 +120,8 @@ func newCacheFixture(t *testing.T) *cacheFixture {
 // the ConfigMap of each on its cluster.
 func (f *cacheFixture) upgrade(t *testing.T, all bool, names ...string) *attachmentUpgrade[cacheRecord, cacheStatus, string] {
 	return &attachmentUpgrade[cacheRecord, cacheStatus, string]{
-		kind: f.kind, Source: Source{ConfigPath: writeConfig(t, "  version: 2.8.0\n  domain: ci.example.com\n"), Lookup: noEnv},
-		Conn: f.conf, Names: names, All: all, LockWait: time.Second,
+		kind: f.kind, AttachmentUpgrade: AttachmentUpgrade{Source: Source{ConfigPath: writeConfig(t, "  version: 2.8.0\n  domain: ci.example.com\n"), Lookup: noEnv},
+			Conn: f.conf, Names: names, All: all, LockWait: time.Second},
 		upgrade: func(ctx context.Context, _ *Loaded, p *attachment.Platform, name string, rec cacheRecord, _ config.ClusterRef, cl *kube.Cluster) (*string, error) {
 			f.noteHolder(ctx)
 			cm, err := cl.Client.CoreV1().ConfigMaps(rec.Namespace).Get(ctx, "cache", metav1.GetOptions{})
@@ -192,8 +192,8 @@ func TestAThirdKindUninstallsThroughTheGenericVerb(t *testing.T) {
 	ctx := context.Background()
 	f := newCacheFixture(t)
 	uninstall := func(name string, forget bool, override config.ClusterRef) (*attachment.Removal, error) {
-		return (&attachmentUninstall[cacheRecord, cacheStatus]{kind: f.kind, Target: Target{Namespace: "onprem", Conn: f.conf}, Name: name,
-			Override: override, Forget: forget, LockWait: time.Second}).Run(ctx)
+		return (&attachmentUninstall[cacheRecord, cacheStatus]{kind: f.kind, AttachmentUninstall: AttachmentUninstall{Target: Target{Namespace: "onprem", Conn: f.conf}, Name: name,
+			Forget: forget, LockWait: time.Second}, Override: override}).Run(ctx)
 	}
 	var ie *InputError
 	if _, err := uninstall("", false, config.ClusterRef{}); !errors.As(err, &ie) || err.Error() != "name the cache to uninstall" {

@@ -11,22 +11,30 @@ import (
 	"onprem.dev/onprem/installer/kube"
 )
 
-// attachmentUninstall removes an attachment of one kind from its cluster
-// and from the platform's side (RunnerUninstall, RuntimeUninstall).
-type attachmentUninstall[R, S any] struct {
-	kind *attachmentKind[R, S]
+// AttachmentUninstall is what removing an attachment takes, whatever its
+// kind (RunnerUninstall and RuntimeUninstall add how their cluster is
+// reached).
+type AttachmentUninstall struct {
 	// Target is the platform (cluster, namespace).
 	Target
 	Name string
-	// Override reaches the attachment's cluster instead of as recorded.
-	Override config.ClusterRef
-	// Forget removes only the platform's side (kind.forgets), for an
-	// attachment whose cluster is gone for good.
+	// Forget removes only the platform's side (a runner's registration
+	// and record, a runtime's record), for an attachment whose cluster is
+	// gone for good.
 	Forget    bool
 	Timeout   time.Duration
 	LockWait  time.Duration
 	LockLease time.Duration
 	Reporter  apply.Reporter
+}
+
+// attachmentUninstall removes an attachment of one kind from its cluster
+// and from the platform's side (RunnerUninstall, RuntimeUninstall).
+type attachmentUninstall[R, S any] struct {
+	kind *attachmentKind[R, S]
+	AttachmentUninstall
+	// Override reaches the attachment's cluster instead of as recorded.
+	Override config.ClusterRef
 }
 
 // Run uninstalls the attachment.

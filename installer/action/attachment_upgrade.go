@@ -5,29 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
+	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/kube"
 )
+
+// AttachmentUpgrade is what bringing attachments to the installed
+// platform version takes, whatever their kind (RunnerUpgrade and
+// RuntimeUpgrade add how their cluster is reached, and their own).
+type AttachmentUpgrade struct {
+	// Source is the platform's configuration.
+	Source
+	// Cluster is the platform's cluster.
+	Cluster kube.Options
+	// Conn reaches the cluster; when nil, one is made from Cluster
+	// (tests give one over a fake clientset: Connected).
+	Conn *Configuration
+	// Names of the attachments; All: every recorded one.
+	Names []string
+	All   bool
+	// Timeout bounds each one's wait to become ready.
+	Timeout   time.Duration
+	LockWait  time.Duration
+	LockLease time.Duration
+	Reporter  apply.Reporter
+}
 
 // attachmentUpgrade brings attachments of one kind to the installed
 // platform version (RunnerUpgrade, RuntimeUpgrade), each on its own
 // cluster. Res is the kind's result of one.
 type attachmentUpgrade[R, S, Res any] struct {
 	kind *attachmentKind[R, S]
-	Source
-	Cluster kube.Options
-	// Conn reaches the cluster; when nil, one is made from Cluster.
-	Conn *Configuration
-	// Names of the attachments; All: every recorded one.
-	Names []string
-	All   bool
-	// Override reaches the attachment's cluster instead of as recorded.
-	Override  config.ClusterRef
-	LockWait  time.Duration
-	LockLease time.Duration
+	AttachmentUpgrade
+	// Override reaches the attachment's cluster instead of as recorded
+	// (one attachment only).
+	Override config.ClusterRef
+	// oneOnly names the kind's own flags that, like the cluster's, apply
+	// to one attachment (they are named in the refusal of more);
+	// oneOnlyGiven says whether any of them was given.
+	oneOnly      []string
+	oneOnlyGiven bool
 
 	// check is the kind's own check of its options, after the names' and
 	// before anything is read (nil: none). A runtime reads its new
@@ -52,6 +73,12 @@ func (a *attachmentUpgrade[R, S, Res]) Run(ctx context.Context) ([]Res, error) {
 		return nil, inputErr(fmt.Errorf("give %s names or --all, not both", k.name))
 	case !a.All && len(a.Names) == 0:
 		return nil, inputErr(fmt.Errorf("name the %ss to upgrade, or give --all", k.name))
+	}
+	if len(a.Names) != 1 && (!a.Override.IsPlatformCluster() || a.oneOnlyGiven) {
+		// --all with one cluster's flags would send every one there.
+		flags := append([]string{"--" + k.name + "-kubeconfig", "--" + k.name + "-context"}, a.oneOnly...)
+		return nil, inputErr(fmt.Errorf("%s and %s apply to one %s: upgrade the others on their own",
+			strings.Join(flags[:len(flags)-1], ", "), flags[len(flags)-1], k.name))
 	}
 	if a.check != nil {
 		if err := a.check(); err != nil {

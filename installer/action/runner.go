@@ -129,38 +129,18 @@ func (a *RunnerInstall) Run(ctx context.Context) (*runner.Result, error) {
 // chart and images (and to the platform's current configuration: registry,
 // proxy, placement, CA). Run it after 'onprem upgrade apply'.
 type RunnerUpgrade struct {
-	Source
-	Cluster kube.Options
-	// Conn reaches the cluster; when nil, one is made from Cluster
-	// (tests give one over a fake clientset: Connected).
-	Conn *Configuration
-	// Names of the runners; All: every recorded runner.
-	Names []string
-	All   bool
+	AttachmentUpgrade
 	// RunnerCluster overrides how the runner's cluster is reached (one
 	// runner only): its kubeconfig path or context name may differ on this
 	// machine from the ones recorded.
 	RunnerCluster config.ClusterRef
-	Timeout       time.Duration
-	LockWait      time.Duration
-	LockLease     time.Duration
-	Reporter      apply.Reporter
 }
 
 // Run upgrades the runners, one after the other; one that fails does not
 // stop the others, and the error joins every failure.
 func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 	return (&attachmentUpgrade[state.Runner, runner.Status, runner.Result]{
-		kind: runnerKind, Source: a.Source, Cluster: a.Cluster, Conn: a.Conn, Names: a.Names, All: a.All, Override: a.RunnerCluster,
-		LockWait: a.LockWait, LockLease: a.LockLease,
-		check: func() error {
-			// --all with one cluster's flags would send every runner there
-			// (as a runtime's upgrade refuses too).
-			if len(a.Names) != 1 && !a.RunnerCluster.IsPlatformCluster() {
-				return inputErr(errors.New("--runner-kubeconfig and --runner-context apply to one runner: upgrade the others on their own"))
-			}
-			return nil
-		},
+		kind: runnerKind, AttachmentUpgrade: a.AttachmentUpgrade, Override: a.RunnerCluster,
 		upgrade: func(ctx context.Context, l *Loaded, p *attachment.Platform, n string, rec state.Runner, ref config.ClusterRef, cl *kube.Cluster) (*runner.Result, error) {
 			r := config.Runner{Name: n, Namespace: rec.Namespace, Concurrency: rec.Concurrency, Cluster: ref}
 			for _, declared := range l.Installation.Spec.Runners {
@@ -178,24 +158,14 @@ func (a *RunnerUpgrade) Run(ctx context.Context) ([]runner.Result, error) {
 
 // RunnerUninstall removes a runner from its cluster and from the platform.
 type RunnerUninstall struct {
-	// Target is the platform (cluster, namespace).
-	Target
-	Name string
+	AttachmentUninstall
 	// RunnerCluster overrides how the runner's cluster is reached.
 	RunnerCluster config.ClusterRef
-	// Forget removes only the platform's side (registration and record),
-	// for a runner whose cluster is gone for good.
-	Forget    bool
-	Timeout   time.Duration
-	LockWait  time.Duration
-	LockLease time.Duration
-	Reporter  apply.Reporter
 }
 
 // Run uninstalls the runner.
 func (a *RunnerUninstall) Run(ctx context.Context) (*runner.UninstallResult, error) {
-	return (&attachmentUninstall[state.Runner, runner.Status]{kind: runnerKind, Target: a.Target, Name: a.Name, Override: a.RunnerCluster, Forget: a.Forget,
-		Timeout: a.Timeout, LockWait: a.LockWait, LockLease: a.LockLease, Reporter: a.Reporter}).Run(ctx)
+	return (&attachmentUninstall[state.Runner, runner.Status]{kind: runnerKind, AttachmentUninstall: a.AttachmentUninstall, Override: a.RunnerCluster}).Run(ctx)
 }
 
 // RunnerList lists the runners recorded in the installation's state, each

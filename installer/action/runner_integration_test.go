@@ -200,13 +200,13 @@ func TestRunnerOnARemoteCluster(t *testing.T) {
 	}
 
 	// Upgrade to the installed version: converged, nothing to do.
-	ups, err := (&RunnerUpgrade{Source: src, Cluster: pcl, All: true, Timeout: time.Minute}).Run(ctx)
+	ups, err := (&RunnerUpgrade{AttachmentUpgrade: AttachmentUpgrade{Source: src, Cluster: pcl, All: true, Timeout: time.Minute}}).Run(ctx)
 	if err != nil || len(ups) != 1 || ups[0].Action != apply.Unchanged {
 		t.Errorf("upgrade --all: %+v %v", ups, err)
 	}
 
 	// Uninstall: both sides clean.
-	un, err := (&RunnerUninstall{Target: Target{Cluster: pcl, ConfigPath: src.ConfigPath}, Name: "gpu", Timeout: time.Minute}).Run(ctx)
+	un, err := (&RunnerUninstall{AttachmentUninstall: AttachmentUninstall{Target: Target{Cluster: pcl, ConfigPath: src.ConfigPath}, Name: "gpu", Timeout: time.Minute}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,11 +238,11 @@ func TestRunnerOnARemoteCluster(t *testing.T) {
 	if len(list.Runners) != 1 || list.Runners[0].Reachable || list.Runners[0].Ready || !strings.Contains(list.Runners[0].Problem, "unreachable") {
 		t.Errorf("list with the runner's cluster gone: %+v", list.Runners)
 	}
-	_, err = (&RunnerUninstall{Target: Target{Cluster: pcl, ConfigPath: src.ConfigPath}, Name: "gpu"}).Run(ctx)
+	_, err = (&RunnerUninstall{AttachmentUninstall: AttachmentUninstall{Target: Target{Cluster: pcl, ConfigPath: src.ConfigPath}, Name: "gpu"}}).Run(ctx)
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--forget") {
 		t.Errorf("uninstall with the cluster gone: %v", err)
 	}
-	if _, err := (&RunnerUninstall{Target: Target{Cluster: pcl, ConfigPath: src.ConfigPath}, Name: "gpu", Forget: true}).Run(ctx); err != nil {
+	if _, err := (&RunnerUninstall{AttachmentUninstall: AttachmentUninstall{Target: Target{Cluster: pcl, ConfigPath: src.ConfigPath}, Name: "gpu", Forget: true}}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := runnerState(t, platform.Client); len(st.Runners) != 0 {
@@ -413,7 +413,7 @@ func TestRunnerFromABundle(t *testing.T) {
 		t.Errorf("buildkitd.toml:\n%s", toml)
 	}
 	// The runner list and a runner upgrade work from the bundle too.
-	ups, err := (&RunnerUpgrade{Source: src, Cluster: cl, Names: []string{"airgap"}, Timeout: time.Minute}).Run(ctx)
+	ups, err := (&RunnerUpgrade{AttachmentUpgrade: AttachmentUpgrade{Source: src, Cluster: cl, Names: []string{"airgap"}, Timeout: time.Minute}}).Run(ctx)
 	if err != nil || len(ups) != 1 || ups[0].Action != apply.Unchanged {
 		t.Errorf("upgrade: %+v %v", ups, err)
 	}

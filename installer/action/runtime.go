@@ -176,13 +176,7 @@ func (a *RuntimeInstall) Run(ctx context.Context) (*gitops.Result, error) {
 // runtime chart (and to the platform's current configuration). The Git
 // token kept on each runtime's cluster is reused unless a new one is given.
 type RuntimeUpgrade struct {
-	Source
-	Cluster kube.Options
-	// Conn reaches the cluster; when nil, one is made from Cluster
-	// (tests give one over a fake clientset: Connected).
-	Conn  *Configuration
-	Names []string
-	All   bool
+	AttachmentUpgrade
 	// RuntimeCluster overrides how the runtime's cluster is reached (one
 	// runtime only).
 	RuntimeCluster config.ClusterRef
@@ -191,10 +185,6 @@ type RuntimeUpgrade struct {
 	// PlatformTokenFile replaces the platform token (one runtime only).
 	PlatformTokenFile string
 	Fetch             RuntimeFetch
-	Timeout           time.Duration
-	LockWait          time.Duration
-	LockLease         time.Duration
-	Reporter          apply.Reporter
 }
 
 // Run upgrades the runtimes one after the other; one that fails does not
@@ -206,12 +196,9 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]gitops.Result, error) {
 		clear(ptoken)
 	}()
 	return (&attachmentUpgrade[state.Runtime, gitops.Status, gitops.Result]{
-		kind: runtimeKind, Source: a.Source, Cluster: a.Cluster, Conn: a.Conn, Names: a.Names, All: a.All, Override: a.RuntimeCluster,
-		LockWait: a.LockWait, LockLease: a.LockLease,
+		kind: runtimeKind, AttachmentUpgrade: a.AttachmentUpgrade, Override: a.RuntimeCluster,
+		oneOnly: []string{"--git-token-file", "--platform-token-file"}, oneOnlyGiven: a.TokenFile != "" || a.PlatformTokenFile != "",
 		check: func() (err error) {
-			if len(a.Names) != 1 && (!a.RuntimeCluster.IsPlatformCluster() || a.TokenFile != "" || a.PlatformTokenFile != "") {
-				return inputErr(errors.New("--runtime-kubeconfig, --runtime-context, --git-token-file and --platform-token-file apply to one runtime: upgrade the others on their own"))
-			}
 			// New tokens only from files; none given keeps the ones on the cluster.
 			if token, err = gitToken(a.TokenFile, "-", config.SecretSource{}); err != nil {
 				return err
@@ -234,21 +221,14 @@ func (a *RuntimeUpgrade) Run(ctx context.Context) ([]gitops.Result, error) {
 // installation's record. The configuration runtime is refused while other
 // runtimes exist.
 type RuntimeUninstall struct {
-	Target
-	Name           string
+	AttachmentUninstall
+	// RuntimeCluster overrides how the runtime's cluster is reached.
 	RuntimeCluster config.ClusterRef
-	// Forget removes only the record, for a runtime whose cluster is gone.
-	Forget    bool
-	Timeout   time.Duration
-	LockWait  time.Duration
-	LockLease time.Duration
-	Reporter  apply.Reporter
 }
 
 // Run uninstalls the runtime.
 func (a *RuntimeUninstall) Run(ctx context.Context) (*gitops.UninstallResult, error) {
-	return (&attachmentUninstall[state.Runtime, gitops.Status]{kind: runtimeKind, Target: a.Target, Name: a.Name, Override: a.RuntimeCluster, Forget: a.Forget,
-		Timeout: a.Timeout, LockWait: a.LockWait, LockLease: a.LockLease, Reporter: a.Reporter}).Run(ctx)
+	return (&attachmentUninstall[state.Runtime, gitops.Status]{kind: runtimeKind, AttachmentUninstall: a.AttachmentUninstall, Override: a.RuntimeCluster}).Run(ctx)
 }
 
 // RuntimeList lists the runtimes recorded in the installation's state,

@@ -216,7 +216,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	}
 	// Both upgraded at the installed version, each on its recorded
 	// cluster with the tokens kept there: nothing changes.
-	ups, err := (&RuntimeUpgrade{Source: src, Cluster: pcl, All: true, Fetch: fetch, Timeout: 2 * time.Minute}).Run(ctx)
+	ups, err := (&RuntimeUpgrade{AttachmentUpgrade: AttachmentUpgrade{Source: src, Cluster: pcl, All: true, Timeout: 2 * time.Minute}, Fetch: fetch}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	}
 
 	// The configuration runtime goes last, or after a designate-config.
-	_, err = (&RuntimeUninstall{Target: target, Name: "codefresh"}).Run(ctx)
+	_, err = (&RuntimeUninstall{AttachmentUninstall: AttachmentUninstall{Target: target, Name: "codefresh"}}).Run(ctx)
 	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "onprem runtime designate-config edge") {
 		t.Fatalf("uninstalling the configuration runtime first: %v", err)
 	}
@@ -314,7 +314,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	if who, err := configrepo.ConfigRuntime(ctx, repo); err != nil || who != "edge" {
 		t.Errorf("the repository designates %q (%v)", who, err)
 	}
-	un, err := (&RuntimeUninstall{Target: target, Name: "codefresh"}).Run(ctx)
+	un, err := (&RuntimeUninstall{AttachmentUninstall: AttachmentUninstall{Target: target, Name: "codefresh"}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
