@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -124,6 +125,53 @@ func (a Attachment) ApplyRelease(ctx context.Context, cl *kube.Cluster, version 
 	}
 	o.Status = "deployed"
 	return o, nil
+}
+
+// RecordedKubeconfig is the kubeconfig path of ref as a record keeps it:
+// absolute, so that a later command run from another folder reaches the
+// same file (as given when it cannot be made absolute).
+func RecordedKubeconfig(ref config.ClusterRef) string {
+	if ref.Kubeconfig == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(ref.Kubeconfig); err == nil {
+		return abs
+	}
+	return ref.Kubeconfig
+}
+
+// RecordBefore stores rec as records[a.Name] (the records of a's kind in
+// p.State) and saves the state before a's release is applied, so that an
+// attachment whose first install fails half-way can still be found and
+// removed. When the save fails, a new record (existed false) is taken
+// back.
+func RecordBefore[R any](ctx context.Context, p *Platform, a Attachment, records map[string]R, rec R, existed bool) error {
+	records[a.Name] = rec
+	if err := p.Store.Save(ctx, p.State); err != nil {
+		if !existed {
+			delete(records, a.Name)
+		}
+		return a.errorf("recording it: %w", err)
+	}
+	return nil
+}
+
+// ApplyRecorded applies a's release (component c of version: ApplyRelease)
+// on cl and records how it ended: rec, changed by ended (its status; its
+// revision when applied is true), becomes records[a.Name] (SaveRecord,
+// touch stamping it). Its errors name the attachment; a failed save is
+// joined to a failed apply.
+func ApplyRecorded[R comparable](ctx context.Context, p *Platform, cl *kube.Cluster, a Attachment, records map[string]R, rec R, version string, c *render.Component,
+	timeout time.Duration, start time.Time, rep apply.Reporter, ended func(rec *R, o Outcome, applied bool), touch func(*R)) (Outcome, error) {
+	out, aerr := a.ApplyRelease(ctx, cl, version, c, timeout, start, rep)
+	ended(&rec, out, aerr == nil)
+	if err := SaveRecord(ctx, p.Store, p.State, records, a.Name, rec, touch); err != nil {
+		return out, errors.Join(aerr, a.errorf("recording it: %w", err))
+	}
+	if aerr != nil {
+		return out, a.errorf("%w", aerr)
+	}
+	return out, nil
 }
 
 // SaveRecord stores rec as records[name] and saves the state when it

@@ -32,10 +32,8 @@ package gitops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"time"
 
 	chartv2 "helm.sh/helm/v4/pkg/chart/v2"
@@ -344,41 +342,27 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		return nil, err
 	}
 
-	kubeconfig := pr.Ref.Kubeconfig
-	if kubeconfig != "" {
-		if abs, err := filepath.Abs(kubeconfig); err == nil {
-			kubeconfig = abs
-		}
-	}
 	rec := state.Runtime{
-		Server: cl.Server, Kubeconfig: kubeconfig, Context: pr.Ref.Context, Namespace: rt.Namespace,
+		Server: cl.Server, Kubeconfig: attachment.RecordedKubeconfig(pr.Ref), Context: pr.Ref.Context, Namespace: rt.Namespace,
 		Version: pr.Release.Version, Chart: pr.Component.Chart, ChartVersion: pr.Component.ChartVersion,
 		Release: pr.Component.Name, Revision: old.Revision, Status: old.Status, InstalledAt: old.InstalledAt, UpdatedAt: old.UpdatedAt,
 	}
 	if !existed {
-		// Recorded before the apply, so that a runtime whose first install
-		// failed half-way can still be found and removed.
 		rec.Status, rec.InstalledAt, rec.UpdatedAt = "pending", time.Now().UTC(), time.Now().UTC()
 	}
-	p.State.Runtimes[rt.Name] = rec
-	if err := p.Store.Save(ctx, p.State); err != nil {
-		if !existed {
-			delete(p.State.Runtimes, rt.Name)
-		}
-		return nil, fmt.Errorf("runtime %s: recording it: %w", rt.Name, err)
+	// A runtime's record is rewritten before every apply, not only its
+	// first: the version it is being brought to is recorded first.
+	a := attachmentOf(rt.Name, rec)
+	if err := attachment.RecordBefore(ctx, p, a, p.State.Runtimes, rec, existed); err != nil {
+		return nil, err
 	}
-
-	out, aerr := attachmentOf(rt.Name, rec).ApplyRelease(ctx, cl, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter)
+	out, err := attachment.ApplyRecorded(ctx, p, cl, a, p.State.Runtimes, rec, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter,
+		func(rec *state.Runtime, out attachment.Outcome, applied bool) {
+			rec.Status = out.Status
+			if applied {
+				rec.Revision = out.Revision
+			}
+		}, func(rec *state.Runtime) { rec.UpdatedAt = time.Now().UTC() })
 	res.Action, res.Revision, res.Error, res.NotReady, res.Elapsed = out.Action, out.Revision, out.Error, out.NotReady, time.Since(start)
-	rec.Status = out.Status
-	if aerr == nil {
-		rec.Revision = out.Revision
-	}
-	if err := attachment.SaveRecord(ctx, p.Store, p.State, p.State.Runtimes, rt.Name, rec, func(r *state.Runtime) { r.UpdatedAt = time.Now().UTC() }); err != nil {
-		return res, errors.Join(aerr, fmt.Errorf("runtime %s: recording it: %w", rt.Name, err))
-	}
-	if aerr != nil {
-		return res, fmt.Errorf("runtime %s: %w", rt.Name, aerr)
-	}
-	return res, nil
+	return res, err
 }

@@ -32,10 +32,8 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"time"
 
 	"onprem.dev/onprem/installer/apply"
@@ -195,40 +193,26 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 		return nil, err
 	}
 
-	kubeconfig := pr.Ref.Kubeconfig
-	if kubeconfig != "" {
-		if abs, err := filepath.Abs(kubeconfig); err == nil {
-			kubeconfig = abs
-		}
-	}
 	rec := state.Runner{
-		Server: cl.Server, Kubeconfig: kubeconfig, Context: pr.Ref.Context,
+		Server: cl.Server, Kubeconfig: attachment.RecordedKubeconfig(pr.Ref), Context: pr.Ref.Context,
 		Namespace: r.Namespace, EngineNamespace: engineNS, Concurrency: r.Concurrency,
 		Version: pr.Release.Version, Chart: pr.Component.Chart, ChartVersion: pr.Component.ChartVersion,
 		Release: pr.Component.Name, Revision: old.Revision, Status: old.Status, RegisteredAt: old.RegisteredAt, UpdatedAt: old.UpdatedAt,
 	}
+	a := attachmentOf(r.Name, rec)
 	if !existed {
-		// Recorded before the apply, so that a runner whose first install
-		// failed half-way can still be found and removed.
 		rec.Status, rec.RegisteredAt, rec.UpdatedAt = "pending", time.Now().UTC(), time.Now().UTC()
-		p.State.Runners[r.Name] = rec
-		if err := p.Store.Save(ctx, p.State); err != nil {
-			delete(p.State.Runners, r.Name)
-			return nil, fmt.Errorf("runner %s: recording it: %w", r.Name, err)
+		if err := attachment.RecordBefore(ctx, p, a, p.State.Runners, rec, existed); err != nil {
+			return nil, err
 		}
 	}
-
-	out, aerr := attachmentOf(r.Name, rec).ApplyRelease(ctx, cl, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter)
+	out, err := attachment.ApplyRecorded(ctx, p, cl, a, p.State.Runners, rec, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter,
+		func(rec *state.Runner, out attachment.Outcome, applied bool) {
+			rec.Status = out.Status
+			if applied {
+				rec.Revision = out.Revision
+			}
+		}, func(rec *state.Runner) { rec.UpdatedAt = time.Now().UTC() })
 	res.Action, res.Revision, res.Error, res.NotReady, res.Elapsed = out.Action, out.Revision, out.Error, out.NotReady, time.Since(start)
-	rec.Status = out.Status
-	if aerr == nil {
-		rec.Revision = out.Revision
-	}
-	if err := attachment.SaveRecord(ctx, p.Store, p.State, p.State.Runners, r.Name, rec, func(r *state.Runner) { r.UpdatedAt = time.Now().UTC() }); err != nil {
-		return res, errors.Join(aerr, fmt.Errorf("runner %s: recording it: %w", r.Name, err))
-	}
-	if aerr != nil {
-		return res, fmt.Errorf("runner %s: %w", r.Name, aerr)
-	}
-	return res, nil
+	return res, err
 }
