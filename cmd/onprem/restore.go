@@ -106,7 +106,7 @@ above; nothing changed), 3 cluster unreachable.`,
 	cmd.Flags().BoolVar(&a.IncludeRedis, "include-redis", false, "also restore Redis's data when the backup has it")
 	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtimes register with again (default: $"+gitops.PlatformTokenEnv+" or spec.runtimeConfig.platformToken)")
 	cmd.Flags().StringArrayVar(&tokenFiles, "git-token-file", nil, "RUNTIME=FILE: the Git token of a runtime to install again (repeatable; default: $"+gitops.TokenEnv+" or spec.runtimes[].gitToken)")
-	addFetchFlags(cmd, &a.RuntimeFetch)
+	addFetchFlags(cmd.Flags(), &a.RuntimeFetch)
 	cmd.Flags().StringArrayVar(&a.SkipChecks, "skip-check", nil, "skip this preflight check (repeatable; recorded in the state)")
 	cmd.Flags().IntVar(&a.Concurrency, "concurrency", apply.DefaultConcurrency, "components applied at once")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", apply.DefaultTimeout, "how long each component may take to be ready")

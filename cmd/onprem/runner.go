@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"onprem.dev/onprem/installer/action"
-	"onprem.dev/onprem/installer/apply"
 	"onprem.dev/onprem/installer/kube"
 	"onprem.dev/onprem/installer/output"
 	"onprem.dev/onprem/installer/runner"
@@ -105,8 +104,7 @@ func addRunnerTargetFlags(cmd *cobra.Command, t *action.Target) {
 
 func newRunnerInstallCmd() *cobra.Command {
 	a := &action.RunnerInstall{}
-	var format string
-	cmd := &cobra.Command{
+	return attachmentCommand(runnerCmds, &cobra.Command{
 		Use:   "install NAME",
 		Short: "Install a build runner and register it with the platform",
 		Long: `Install the build runner NAME on the runner's cluster (default: the
@@ -139,25 +137,20 @@ is refused (exit 2), naming where it runs.`,
   onprem runner install gpu -c onprem.yaml --runner-context gpu-cluster --concurrency 8
   onprem runner install gpu -c onprem.yaml --context platform --runner-kubeconfig gpu.kubeconfig --runner-namespace ci-gpu`,
 		Args: exactlyOneName,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a.Name = args[0]
-			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run,
-				func(w io.Writer, res *runner.Result) { printRunnerResults(w, []runner.Result{*res}) }, notNil)
+	}, attachmentVerb{
+		source: &a.Source, platform: &a.Cluster, cluster: &a.RunnerCluster, clusterDefault: "spec.runners[]'s, else the platform's",
+		timeout: &a.Timeout, timeoutHelp: "how long the runner may take to become ready (a failure that waiting cannot fix, such as an image the registry does not have, ends the wait at once)",
+		lockWait: &a.LockWait, lockLease: &a.LockLease, reporter: &a.Reporter,
+		flags: func(f *pflag.FlagSet) {
+			f.StringVar(&a.Namespace, "runner-namespace", "", "the runner's namespace; its build engine's is NAMESPACE-engine (default: spec.runners[]'s, else onprem-runner-NAME)")
+			f.IntVar(&a.Concurrency, "concurrency", 0, "builds the runner runs at once, 1 to 256 (default: spec.runners[]'s, else 4)")
 		},
-	}
-	addRunnerSourceFlags(cmd, &a.Source)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	runnerCmds.addClusterFlags(cmd, &a.RunnerCluster, "spec.runners[]'s, else the platform's")
-	cmd.Flags().StringVar(&a.Namespace, "runner-namespace", "", "the runner's namespace; its build engine's is NAMESPACE-engine (default: spec.runners[]'s, else onprem-runner-NAME)")
-	cmd.Flags().IntVar(&a.Concurrency, "concurrency", 0, "builds the runner runs at once, 1 to 256 (default: spec.runners[]'s, else 4)")
-	addChangeFlags(cmd, &a.Timeout, "how long the runner may take to become ready (a failure that waiting cannot fix, such as an image the registry does not have, ends the wait at once)", &a.LockWait, &a.LockLease, &format)
-	return cmd
+	}, oneName(&a.Name), a.Run, func(w io.Writer, res *runner.Result) { printRunnerResults(w, []runner.Result{*res}) }, notNil)
 }
 
 func newRunnerUpgradeCmd() *cobra.Command {
 	a := &action.RunnerUpgrade{}
-	var format string
-	cmd := &cobra.Command{
+	return upgradeCommand(runnerCmds, &cobra.Command{
 		Use:   "upgrade NAME... | --all",
 		Short: "Bring runners to the installed platform version",
 		Long: `Upgrade runners to the runner chart and images of the installed platform
@@ -171,24 +164,12 @@ context recorded in the state); when they differ on this machine, give
 fails does not stop the others.`,
 		Example: `  onprem runner upgrade --all -c onprem.yaml
   onprem runner upgrade gpu -c onprem.yaml --runner-kubeconfig ~/.kube/gpu`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a.Names = args
-			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRunnerResults,
-				func(r []runner.Result) bool { return r != nil })
-		},
-	}
-	addRunnerSourceFlags(cmd, &a.Source)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	runnerCmds.addClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
-	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runner of the installation")
-	addChangeFlags(cmd, &a.Timeout, "how long each runner may take to become ready", &a.LockWait, &a.LockLease, &format)
-	return cmd
+	}, &a.AttachmentUpgrade, &a.RunnerCluster, nil, a.Run, printRunnerResults)
 }
 
 func newRunnerUninstallCmd() *cobra.Command {
 	a := &action.RunnerUninstall{}
-	var format string
-	cmd := &cobra.Command{
+	return uninstallCommand(runnerCmds, &cobra.Command{
 		Use:   "uninstall NAME",
 		Short: "Remove a build runner from its cluster and from the platform",
 		Long: `Remove the runner NAME: on its cluster the Helm release, the token Secret,
@@ -203,23 +184,13 @@ place: run it again.`,
   onprem runner uninstall gpu --runner-context gpu-cluster
   onprem runner uninstall old --forget`,
 		Args: exactlyOneName,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a.Name = args[0]
-			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRemoval, notNil)
-		},
-	}
-	addRunnerTargetFlags(cmd, &a.Target)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	runnerCmds.addClusterFlags(cmd, &a.RunnerCluster, "as recorded at install")
-	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the platform's side (the runner's cluster is gone for good)")
-	addChangeFlags(cmd, &a.Timeout, "how long the runner's removal may take", &a.LockWait, &a.LockLease, &format)
-	return cmd
+	}, &a.AttachmentUninstall, &a.RunnerCluster, "remove only the platform's side (the runner's cluster is gone for good)",
+		"how long the runner's removal may take", a.Run)
 }
 
 func newRunnerListCmd() *cobra.Command {
 	a := &action.RunnerList{}
-	var format string
-	cmd := &cobra.Command{
+	return attachmentCommand(runnerCmds, &cobra.Command{
 		Use:   "list",
 		Short: "List the build runners and whether they are ready",
 		Long: `List the runners registered with the installation (from its state on the
@@ -229,27 +200,12 @@ reached is shown as unreachable, with the reason; that is not an error.`,
 		Example: `  onprem runner list
   onprem runner list --context platform -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runThenPrint(cmd, format, nil, a.Run, printRunnerList, notNil)
+	}, attachmentVerb{
+		target: &a.Target, platform: &a.Cluster,
+		flags: func(f *pflag.FlagSet) {
+			f.DurationVar(&a.RunnerTimeout, "runner-timeout", 0, "how long to try each runner's cluster (default 5s)")
 		},
-	}
-	addRunnerTargetFlags(cmd, &a.Target)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	cmd.Flags().DurationVar(&a.RunnerTimeout, "runner-timeout", 0, "how long to try each runner's cluster (default 5s)")
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
-	refuseNamespaceFlag(cmd)
-	return cmd
-}
-
-// addChangeFlags adds the flags that every runner and runtime command
-// which changes a cluster ends with: --timeout (timeoutHelp says what it
-// bounds), the lock's, -o, and the refusal of --namespace (ambiguous with
-// two clusters).
-func addChangeFlags(cmd *cobra.Command, timeout *time.Duration, timeoutHelp string, wait, lease *time.Duration, format *string) {
-	cmd.Flags().DurationVar(timeout, "timeout", apply.DefaultTimeout, timeoutHelp)
-	addLockFlags(cmd, wait, lease)
-	cmd.Flags().StringVarP(format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
+	}, nil, a.Run, printRunnerList, notNil)
 }
 
 // exactlyOneName accepts one argument: the runner's name.
@@ -274,12 +230,7 @@ func printRunnerResults(w io.Writer, rs []runner.Result) {
 		if r.TokenCreated {
 			fmt.Fprintf(w, "runner %s: registration token generated (Secret %s/%s; never shown)\n", r.Name, r.Namespace, runner.TokenSecret)
 		}
-		if r.Error != "" {
-			fmt.Fprintf(w, "runner %s: %s\n", r.Name, r.Error)
-			for _, n := range r.NotReady {
-				fmt.Fprintf(w, "  %s\n", n)
-			}
-		}
+		printFailure(w, "runner", r.Name, r.Error, r.NotReady)
 	}
 }
 
@@ -291,18 +242,8 @@ func printRunnerList(w io.Writer, res *action.RunnerListResult) {
 	tw := output.NewTable(w)
 	fmt.Fprintln(tw, "RUNNER\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tAGENT\tENGINE\tSTATUS")
 	for _, s := range res.Runners {
-		status := "ready"
-		switch {
-		case !s.Reachable:
-			status = "unreachable"
-		case !s.Ready:
-			status = "not ready"
-		}
-		if s.Recorded != "" && s.Recorded != "deployed" {
-			status += " (last install: " + s.Recorded + ")"
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%d/%d\t%s\n", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision,
-			s.Agent.Ready, s.Agent.Desired, s.Engine.Ready, s.Engine.Desired, status)
+			s.Agent.Ready, s.Agent.Desired, s.Engine.Ready, s.Engine.Desired, listedStatus(s.Reachable, s.Ready, s.Recorded))
 	}
 	tw.Flush()
 	for _, s := range res.Runners {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/apply"
@@ -71,18 +72,18 @@ access (the message names its kubeconfig, context and server).`,
 var runtimeCmds = attachmentCmds{name: "runtime"}
 
 // addGitFlags adds how Git hosts are reached.
-func addGitFlags(cmd *cobra.Command, g *configrepo.Remote) {
-	cmd.Flags().StringVar(&g.CAFile, "git-ca-file", "", "CA certificates (PEM) that the Git host's certificate is checked against")
-	cmd.Flags().BoolVar(&g.InsecureSkipTLSVerify, "git-insecure-skip-tls-verify", false, "do not check the Git host's certificate (a lab only)")
+func addGitFlags(f *pflag.FlagSet, g *configrepo.Remote) {
+	f.StringVar(&g.CAFile, "git-ca-file", "", "CA certificates (PEM) that the Git host's certificate is checked against")
+	f.BoolVar(&g.InsecureSkipTLSVerify, "git-insecure-skip-tls-verify", false, "do not check the Git host's certificate (a lab only)")
 }
 
 // addFetchFlags adds where the runtime chart comes from, and the Git flags.
-func addFetchFlags(cmd *cobra.Command, f *action.RuntimeFetch) {
-	cmd.Flags().StringVar(&f.ChartRepository, "chart-repository", "", "a mirror of the release's runtime chart repository: oci://HOST/PATH or https://HOST/PATH (default: the release's)")
-	cmd.Flags().BoolVar(&f.Chart.PlainHTTP, "chart-plain-http", false, "reach an oci:// chart repository over plain HTTP (a lab registry)")
-	cmd.Flags().StringVar(&f.Chart.CAFile, "chart-ca-file", "", "CA certificates (PEM) for the chart repository")
-	cmd.Flags().StringVar(&f.Chart.RegistryConfig, "chart-registry-config", "", "docker config.json with credentials for an oci:// chart repository")
-	addGitFlags(cmd, &f.Git)
+func addFetchFlags(fs *pflag.FlagSet, f *action.RuntimeFetch) {
+	fs.StringVar(&f.ChartRepository, "chart-repository", "", "a mirror of the release's runtime chart repository: oci://HOST/PATH or https://HOST/PATH (default: the release's)")
+	fs.BoolVar(&f.Chart.PlainHTTP, "chart-plain-http", false, "reach an oci:// chart repository over plain HTTP (a lab registry)")
+	fs.StringVar(&f.Chart.CAFile, "chart-ca-file", "", "CA certificates (PEM) for the chart repository")
+	fs.StringVar(&f.Chart.RegistryConfig, "chart-registry-config", "", "docker config.json with credentials for an oci:// chart repository")
+	addGitFlags(fs, &f.Git)
 }
 
 // runThenPrint runs an action with progress on stderr and writes its
@@ -122,8 +123,7 @@ func printRemoval(w io.Writer, res *attachment.Removal) {
 
 func newRuntimeInstallCmd() *cobra.Command {
 	a := &action.RuntimeInstall{}
-	var format string
-	cmd := &cobra.Command{
+	cmd := attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:   "install [NAME]",
 		Short: "Install a GitOps runtime (default name codefresh)",
 		Long: `Install the GitOps runtime NAME (default codefresh) on the runtime's
@@ -179,34 +179,37 @@ state, a backup, a log or an output).`,
   onprem runtime install -c onprem.yaml --config-repo https://git.example.com/platform/gitops.git --config-repo-path runtimes --git-token-file token.txt
   onprem runtime install -c onprem.yaml --chart-repository oci://registry.example.com/charts --git-token-file token.txt`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 1 {
-				a.Name = args[0]
-			}
-			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run,
-				func(w io.Writer, r *gitops.Result) { printRuntimeResults(w, []gitops.Result{*r}) }, notNil)
-		},
-	}
-	addRunnerSourceFlags(cmd, &a.Source)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "spec.runtimes[]'s, else the platform's")
-	cmd.Flags().StringVar(&a.Namespace, "runtime-namespace", "", "the runtime's namespace (default: spec.runtimes[]'s, else the runtime's name)")
-	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding the Git token (default: the environment variable "+gitops.TokenEnv+", then spec.runtimes[].gitToken)")
-	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtime registers with (default: the environment variable "+gitops.PlatformTokenEnv+", then spec.runtimeConfig.platformToken)")
-	cmd.Flags().StringVar(&a.AccountID, "account", "", "the platform account the runtime registers with (default: spec.runtimeConfig.accountId)")
+	}, attachmentVerb{
+		source: &a.Source, platform: &a.Cluster, cluster: &a.RuntimeCluster, clusterDefault: "spec.runtimes[]'s, else the platform's",
+		timeout: &a.Timeout, timeoutHelp: "how long the runtime may take to become ready (a failure that waiting cannot fix, such as an image the registry does not have, ends the wait at once)",
+		lockWait: &a.LockWait, lockLease: &a.LockLease, reporter: &a.Reporter,
+		flags: func(f *pflag.FlagSet) { addRuntimeInstallFlags(f, a) },
+	}, func(args []string) {
+		if len(args) == 1 {
+			a.Name = args[0]
+		}
+	}, a.Run, func(w io.Writer, r *gitops.Result) { printRuntimeResults(w, []gitops.Result{*r}) }, notNil)
 	refuseTokenValueFlags(cmd)
-	cmd.Flags().StringVar(&a.Repository.URL, "config-repo", "", "the configuration repository's https URL (default: spec.runtimeConfig.repository.url; only before the first runtime)")
-	cmd.Flags().StringVar(&a.Repository.Branch, "config-repo-branch", "", "its branch (default: the repository's default branch)")
-	cmd.Flags().StringVar(&a.Repository.Path, "config-repo-path", "", "the folder inside it (default: its root)")
-	addFetchFlags(cmd, &a.Fetch)
-	addChangeFlags(cmd, &a.Timeout, "how long the runtime may take to become ready (a failure that waiting cannot fix, such as an image the registry does not have, ends the wait at once)", &a.LockWait, &a.LockLease, &format)
 	return cmd
+}
+
+// addRuntimeInstallFlags adds the flags of 'runtime install' that are the
+// runtime's own: its namespace, tokens, account, configuration repository
+// and where its chart comes from.
+func addRuntimeInstallFlags(f *pflag.FlagSet, a *action.RuntimeInstall) {
+	f.StringVar(&a.Namespace, "runtime-namespace", "", "the runtime's namespace (default: spec.runtimes[]'s, else the runtime's name)")
+	f.StringVar(&a.TokenFile, "git-token-file", "", "file holding the Git token (default: the environment variable "+gitops.TokenEnv+", then spec.runtimes[].gitToken)")
+	f.StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding the platform token the runtime registers with (default: the environment variable "+gitops.PlatformTokenEnv+", then spec.runtimeConfig.platformToken)")
+	f.StringVar(&a.AccountID, "account", "", "the platform account the runtime registers with (default: spec.runtimeConfig.accountId)")
+	f.StringVar(&a.Repository.URL, "config-repo", "", "the configuration repository's https URL (default: spec.runtimeConfig.repository.url; only before the first runtime)")
+	f.StringVar(&a.Repository.Branch, "config-repo-branch", "", "its branch (default: the repository's default branch)")
+	f.StringVar(&a.Repository.Path, "config-repo-path", "", "the folder inside it (default: its root)")
+	addFetchFlags(f, &a.Fetch)
 }
 
 func newRuntimeUpgradeCmd() *cobra.Command {
 	a := &action.RuntimeUpgrade{}
-	var format string
-	cmd := &cobra.Command{
+	cmd := upgradeCommand(runtimeCmds, &cobra.Command{
 		Use:   "upgrade NAME... | --all",
 		Short: "Bring runtimes to the installed platform version",
 		Long: `Upgrade runtimes to the runtime chart of the installed platform version and
@@ -217,28 +220,18 @@ configuration repository first. A runtime that fails does not stop the
 others.`,
 		Example: `  onprem runtime upgrade --all -c onprem.yaml
   onprem runtime upgrade edge -c onprem.yaml --git-token-file new-token.txt`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a.Names = args
-			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRuntimeResults,
-				func(r []gitops.Result) bool { return r != nil })
-		},
-	}
-	addRunnerSourceFlags(cmd, &a.Source)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
-	cmd.Flags().BoolVar(&a.All, "all", false, "upgrade every runtime of the installation")
-	cmd.Flags().StringVar(&a.TokenFile, "git-token-file", "", "file holding a new Git token (default: keep the one on the runtime's cluster)")
-	cmd.Flags().StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding a new platform token (default: keep the one on the runtime's cluster)")
+	}, &a.AttachmentUpgrade, &a.RuntimeCluster, func(f *pflag.FlagSet) {
+		f.StringVar(&a.TokenFile, "git-token-file", "", "file holding a new Git token (default: keep the one on the runtime's cluster)")
+		f.StringVar(&a.PlatformTokenFile, "platform-token-file", "", "file holding a new platform token (default: keep the one on the runtime's cluster)")
+		addFetchFlags(f, &a.Fetch)
+	}, a.Run, printRuntimeResults)
 	refuseTokenValueFlags(cmd)
-	addFetchFlags(cmd, &a.Fetch)
-	addChangeFlags(cmd, &a.Timeout, "how long each runtime may take to become ready", &a.LockWait, &a.LockLease, &format)
 	return cmd
 }
 
 func newRuntimeUninstallCmd() *cobra.Command {
 	a := &action.RuntimeUninstall{}
-	var format string
-	cmd := &cobra.Command{
+	return uninstallCommand(runtimeCmds, &cobra.Command{
 		Use:   "uninstall NAME",
 		Short: "Remove a GitOps runtime from its cluster",
 		Long: `Remove the runtime NAME: its Helm release (with its Git sources), the Git
@@ -251,23 +244,13 @@ runtime's cluster is gone for good, --forget removes the record only.`,
 		Example: `  onprem runtime uninstall edge
   onprem runtime uninstall old --forget`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a.Name = args[0]
-			return runThenPrint(cmd, format, func(r apply.Reporter) { a.Reporter = r }, a.Run, printRemoval, notNil)
-		},
-	}
-	addRunnerTargetFlags(cmd, &a.Target)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
-	cmd.Flags().BoolVar(&a.Forget, "forget", false, "remove only the record (the runtime's cluster is gone for good)")
-	addChangeFlags(cmd, &a.Timeout, "how long the removal may take", &a.LockWait, &a.LockLease, &format)
-	return cmd
+	}, &a.AttachmentUninstall, &a.RuntimeCluster, "remove only the record (the runtime's cluster is gone for good)",
+		"how long the removal may take", a.Run)
 }
 
 func newRuntimeListCmd() *cobra.Command {
 	a := &action.RuntimeList{}
-	var format string
-	cmd := &cobra.Command{
+	return attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:   "list",
 		Short: "List the GitOps runtimes and whether they are ready",
 		Long: `List the runtimes of the installation (from its state on the platform's
@@ -277,22 +260,17 @@ reached is shown as unreachable, with the reason; that is not an error.`,
 		Example: `  onprem runtime list
   onprem runtime list -o json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runThenPrint(cmd, format, nil, a.Run, printRuntimeList, notNil)
+	}, attachmentVerb{
+		target: &a.Target, platform: &a.Cluster,
+		flags: func(f *pflag.FlagSet) {
+			f.DurationVar(&a.RuntimeTimeout, "runtime-timeout", 0, "how long to try each runtime's cluster (default 5s)")
 		},
-	}
-	addRunnerTargetFlags(cmd, &a.Target)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	cmd.Flags().DurationVar(&a.RuntimeTimeout, "runtime-timeout", 0, "how long to try each runtime's cluster (default 5s)")
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
-	refuseNamespaceFlag(cmd)
-	return cmd
+	}, nil, a.Run, printRuntimeList, notNil)
 }
 
 func newRuntimeDesignateCmd() *cobra.Command {
 	a := &action.RuntimeDesignate{}
-	var format string
-	cmd := &cobra.Command{
+	return attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:   "designate-config NAME",
 		Short: "Make a runtime the one that holds the configuration",
 		Long: `Move the designation of the configuration runtime to NAME: the
@@ -304,31 +282,23 @@ the configuration (their configuration-runtime value) with
 'onprem runtime upgrade PREVIOUS NAME', as the output says.`,
 		Example: `  onprem runtime designate-config edge`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a.Name = args[0]
-			return runThenPrint(cmd, format, nil, a.Run, func(w io.Writer, r *gitops.DesignateResult) {
-				if r.Previous == r.ConfigRuntime {
-					fmt.Fprintf(w, "runtime %s already holds the configuration\n", r.ConfigRuntime)
-					return
-				}
-				fmt.Fprintf(w, "runtime %s now holds the configuration (was: %s)\n", r.ConfigRuntime, orNone(r.Previous))
-				if r.RepositoryCommit != "" {
-					fmt.Fprintf(w, "configuration repository: commit %s\n", r.RepositoryCommit)
-				}
-				if r.Next != "" {
-					fmt.Fprintf(w, "next: %s (tells the runtimes' charts)\n", r.Next)
-				}
-			}, func(r *gitops.DesignateResult) bool { return r != nil && r.ConfigRuntime != "" })
-		},
-	}
-	addRunnerTargetFlags(cmd, &a.Target)
-	addPlatformClusterFlags(cmd, &a.Cluster)
-	runtimeCmds.addClusterFlags(cmd, &a.RuntimeCluster, "as recorded at install")
-	addGitFlags(cmd, &a.Git)
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(cmd)
-	return cmd
+	}, attachmentVerb{
+		target: &a.Target, platform: &a.Cluster, cluster: &a.RuntimeCluster, clusterDefault: "as recorded at install",
+		lockWait: &a.LockWait, lockLease: &a.LockLease,
+		flags: func(f *pflag.FlagSet) { addGitFlags(f, &a.Git) },
+	}, oneName(&a.Name), a.Run, func(w io.Writer, r *gitops.DesignateResult) {
+		if r.Previous == r.ConfigRuntime {
+			fmt.Fprintf(w, "runtime %s already holds the configuration\n", r.ConfigRuntime)
+			return
+		}
+		fmt.Fprintf(w, "runtime %s now holds the configuration (was: %s)\n", r.ConfigRuntime, orNone(r.Previous))
+		if r.RepositoryCommit != "" {
+			fmt.Fprintf(w, "configuration repository: commit %s\n", r.RepositoryCommit)
+		}
+		if r.Next != "" {
+			fmt.Fprintf(w, "next: %s (tells the runtimes' charts)\n", r.Next)
+		}
+	}, func(r *gitops.DesignateResult) bool { return r != nil && r.ConfigRuntime != "" })
 }
 
 func newGitSourceCmd() *cobra.Command {
@@ -342,50 +312,37 @@ token must be accepted by the source's repository; it is checked before the
 source is created.`,
 	}
 	add := &action.GitSourceAdd{}
-	var addFormat string
-	addCmd := &cobra.Command{
+	addCmd := attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:   "add NAME --runtime RUNTIME --repo URL",
 		Short: "Add a Git source to a runtime",
 		Example: `  onprem runtime git-source add apps --runtime codefresh --repo https://git.example.com/team/apps.git --path prod
   onprem runtime git-source add infra --runtime edge --repo https://git.example.com/infra.git --branch release --destination infra`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			add.Source.Name = args[0]
-			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, gs *gitops.GitSource) {
-				printGitSources(w, []gitops.GitSource{*gs})
-			}, notNil)
+	}, attachmentVerb{
+		target: &add.Target, platform: &add.Cluster, cluster: &add.RuntimeCluster, clusterDefault: "as recorded at install",
+		lockWait: &add.LockWait, lockLease: &add.LockLease,
+		flags: func(f *pflag.FlagSet) {
+			f.StringVar(&add.Source.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+			f.StringVar(&add.Source.Repository.URL, "repo", "", "the source repository's https clone URL (required)")
+			f.StringVar(&add.Source.Repository.Branch, "branch", "", "branch, tag or commit (default: the repository's HEAD)")
+			f.StringVar(&add.Source.Repository.Path, "path", "", "folder inside the repository (default: its root)")
+			f.StringVar(&add.Source.Destination, "destination", "", "namespace its objects go to (default: the runtime's)")
+			addGitFlags(f, &add.Git)
 		},
-	}
-	addRunnerTargetFlags(addCmd, &add.Target)
-	addPlatformClusterFlags(addCmd, &add.Cluster)
-	runtimeCmds.addClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
-	addCmd.Flags().StringVar(&add.Source.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
-	addCmd.Flags().StringVar(&add.Source.Repository.URL, "repo", "", "the source repository's https clone URL (required)")
-	addCmd.Flags().StringVar(&add.Source.Repository.Branch, "branch", "", "branch, tag or commit (default: the repository's HEAD)")
-	addCmd.Flags().StringVar(&add.Source.Repository.Path, "path", "", "folder inside the repository (default: its root)")
-	addCmd.Flags().StringVar(&add.Source.Destination, "destination", "", "namespace its objects go to (default: the runtime's)")
-	addGitFlags(addCmd, &add.Git)
-	addLockFlags(addCmd, &add.LockWait, &add.LockLease)
-	addCmd.Flags().StringVarP(&addFormat, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(addCmd)
+	}, oneName(&add.Source.Name), add.Run, func(w io.Writer, gs *gitops.GitSource) { printGitSources(w, []gitops.GitSource{*gs}) }, notNil)
 
 	list := &action.GitSourceList{}
-	var listFormat string
-	listCmd := &cobra.Command{
+	listCmd := attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:     "list --runtime RUNTIME",
 		Short:   "List a runtime's Git sources with their sync and health",
 		Example: `  onprem runtime git-source list --runtime codefresh -o json`,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runThenPrint(cmd, listFormat, nil, list.Run, printGitSources, func(r []gitops.GitSource) bool { return r != nil })
+	}, attachmentVerb{
+		target: &list.Target, platform: &list.Cluster, cluster: &list.RuntimeCluster, clusterDefault: "as recorded at install",
+		flags: func(f *pflag.FlagSet) {
+			f.StringVar(&list.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
 		},
-	}
-	addRunnerTargetFlags(listCmd, &list.Target)
-	addPlatformClusterFlags(listCmd, &list.Cluster)
-	runtimeCmds.addClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
-	listCmd.Flags().StringVar(&list.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
-	listCmd.Flags().StringVarP(&listFormat, "output", "o", output.Table, "output: table, json or yaml")
-	refuseNamespaceFlag(listCmd)
+	}, nil, list.Run, printGitSources, func(r []gitops.GitSource) bool { return r != nil })
 
 	rm := &action.GitSourceRemove{}
 	rmCmd := &cobra.Command{
@@ -429,12 +386,7 @@ func printRuntimeResults(w io.Writer, rs []gitops.Result) {
 		if r.RepositoryCommit != "" {
 			fmt.Fprintf(w, "runtime %s: configuration repository updated (commit %s)\n", r.Name, r.RepositoryCommit)
 		}
-		if r.Error != "" {
-			fmt.Fprintf(w, "runtime %s: %s\n", r.Name, r.Error)
-			for _, n := range r.NotReady {
-				fmt.Fprintf(w, "  %s\n", n)
-			}
-		}
+		printFailure(w, "runtime", r.Name, r.Error, r.NotReady)
 	}
 }
 
@@ -447,16 +399,6 @@ func printRuntimeList(w io.Writer, res *action.RuntimeListResult) {
 	tw := output.NewTable(w)
 	fmt.Fprintln(tw, "RUNTIME\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tCONFIG\tWORKLOADS\tSTATUS")
 	for _, s := range res.Runtimes {
-		status := "ready"
-		switch {
-		case !s.Reachable:
-			status = "unreachable"
-		case !s.Ready:
-			status = "not ready"
-		}
-		if s.Recorded != "" && s.Recorded != "deployed" {
-			status += " (last install: " + s.Recorded + ")"
-		}
 		cfg := ""
 		if s.Config {
 			cfg = "yes"
@@ -470,7 +412,7 @@ func printRuntimeList(w io.Writer, res *action.RuntimeListResult) {
 		for _, n := range names {
 			wl = append(wl, n+" "+s.Workloads[n])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision, cfg, orNone(strings.Join(wl, ", ")), status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision, cfg, orNone(strings.Join(wl, ", ")), listedStatus(s.Reachable, s.Ready, s.Recorded))
 	}
 	tw.Flush()
 	for _, s := range res.Runtimes {
@@ -500,12 +442,18 @@ func orNone(s string) string {
 	return s
 }
 
-// addManagedPlatformFlags adds --platform-kubeconfig and
-// --platform-context: in 'runtime cluster', --kubeconfig and --context name
-// the cluster to manage.
-func addManagedPlatformFlags(cmd *cobra.Command, t *action.Target) {
-	cmd.Flags().StringVar(&t.Cluster.Kubeconfig, "platform-kubeconfig", "", "kubeconfig of the platform's cluster (default: $KUBECONFIG, then ~/.kube/config)")
-	cmd.Flags().StringVar(&t.Cluster.Context, "platform-context", "", "context of the platform's cluster (default: the current context)")
+// addManagedClusterFlags adds the flags of 'runtime cluster add|list|remove':
+// --platform-kubeconfig and --platform-context (there, --kubeconfig and
+// --context name the cluster to manage: external, nil for list, with
+// their help), and --runtime.
+func addManagedClusterFlags(f *pflag.FlagSet, t *action.Target, runtime *string, external *config.ClusterRef, kubeconfigHelp, contextHelp string) {
+	f.StringVar(&t.Cluster.Kubeconfig, "platform-kubeconfig", "", "kubeconfig of the platform's cluster (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&t.Cluster.Context, "platform-context", "", "context of the platform's cluster (default: the current context)")
+	f.StringVar(runtime, "runtime", config.DefaultRuntimeName, "the runtime")
+	if external != nil {
+		f.StringVar(&external.Kubeconfig, "kubeconfig", "", kubeconfigHelp)
+		f.StringVar(&external.Context, "context", "", contextHelp)
+	}
 }
 
 func newRuntimeClusterCmd() *cobra.Command {
@@ -528,8 +476,7 @@ reached as recorded at its install (or --runtime-kubeconfig /
 	}
 
 	add := &action.RuntimeClusterAdd{}
-	var addFormat string
-	addCmd := &cobra.Command{
+	addCmd := attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:   "add NAME --runtime RUNTIME --context CONTEXT",
 		Short: "Register an external cluster with a runtime",
 		Long: `Register the cluster that --context (and/or --kubeconfig) reaches with the
@@ -539,31 +486,23 @@ named, with exit code 3, before anything is created.`,
 		Example: `  onprem runtime cluster add prod-eu --runtime codefresh --context prod-eu
   onprem runtime cluster add edge --runtime codefresh --kubeconfig edge.kubeconfig`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			add.Name = args[0]
-			return runThenPrint(cmd, addFormat, nil, add.Run, func(w io.Writer, r *managedcluster.Result) {
-				verb := "updated"
-				if r.Created {
-					verb = "registered"
-				}
-				fmt.Fprintf(w, "cluster %s (%s) %s with runtime %s: ServiceAccount %s, ClusterRole %s\n", r.Name, r.Server, verb, r.Runtime, r.ServiceAccount, r.ClusterRole)
-			}, notNil)
+	}, attachmentVerb{
+		target: &add.Target, cluster: &add.RuntimeCluster, clusterDefault: "as recorded at install",
+		lockWait: &add.LockWait, lockLease: &add.LockLease,
+		flags: func(f *pflag.FlagSet) {
+			addManagedClusterFlags(f, &add.Target, &add.Runtime, &add.External, "kubeconfig of the cluster to add (default: the platform's kubeconfig)", "context of the cluster to add")
+			f.DurationVar(&add.Timeout, "timeout", 0, "how long to wait for the ServiceAccount's token (default 1m)")
 		},
-	}
-	addRunnerTargetFlags(addCmd, &add.Target)
-	addManagedPlatformFlags(addCmd, &add.Target)
-	runtimeCmds.addClusterFlags(addCmd, &add.RuntimeCluster, "as recorded at install")
-	addCmd.Flags().StringVar(&add.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
-	addCmd.Flags().StringVar(&add.External.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to add (default: the platform's kubeconfig)")
-	addCmd.Flags().StringVar(&add.External.Context, "context", "", "context of the cluster to add")
-	addCmd.Flags().DurationVar(&add.Timeout, "timeout", 0, "how long to wait for the ServiceAccount's token (default 1m)")
-	addLockFlags(addCmd, &add.LockWait, &add.LockLease)
-	addCmd.Flags().StringVarP(&addFormat, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(addCmd)
+	}, oneName(&add.Name), add.Run, func(w io.Writer, r *managedcluster.Result) {
+		verb := "updated"
+		if r.Created {
+			verb = "registered"
+		}
+		fmt.Fprintf(w, "cluster %s (%s) %s with runtime %s: ServiceAccount %s, ClusterRole %s\n", r.Name, r.Server, verb, r.Runtime, r.ServiceAccount, r.ClusterRole)
+	}, notNil)
 
 	list := &action.RuntimeClusterList{}
-	var listFormat string
-	listCmd := &cobra.Command{
+	listCmd := attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:   "list --runtime RUNTIME",
 		Short: "List a runtime's managed clusters and their health",
 		Long: `List the clusters registered with the runtime, each checked with its own
@@ -571,21 +510,16 @@ credentials: Healthy, Unreachable, Unauthorized (the token was revoked) or
 Forbidden (its permissions were changed).`,
 		Example: `  onprem runtime cluster list --runtime codefresh -o json`,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runThenPrint(cmd, listFormat, nil, list.Run, printManagedClusters, func(r []managedcluster.Status) bool { return r != nil })
+	}, attachmentVerb{
+		target: &list.Target, cluster: &list.RuntimeCluster, clusterDefault: "as recorded at install",
+		flags: func(f *pflag.FlagSet) {
+			addManagedClusterFlags(f, &list.Target, &list.Runtime, nil, "", "")
+			f.DurationVar(&list.Timeout, "timeout", 0, "how long to try each cluster (default 5s)")
 		},
-	}
-	addRunnerTargetFlags(listCmd, &list.Target)
-	addManagedPlatformFlags(listCmd, &list.Target)
-	runtimeCmds.addClusterFlags(listCmd, &list.RuntimeCluster, "as recorded at install")
-	listCmd.Flags().StringVar(&list.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
-	listCmd.Flags().DurationVar(&list.Timeout, "timeout", 0, "how long to try each cluster (default 5s)")
-	listCmd.Flags().StringVarP(&listFormat, "output", "o", output.Table, "output: table, json or yaml")
-	refuseNamespaceFlag(listCmd)
+	}, nil, list.Run, printManagedClusters, func(r []managedcluster.Status) bool { return r != nil })
 
 	rm := &action.RuntimeClusterRemove{}
-	var rmFormat string
-	rmCmd := &cobra.Command{
+	rmCmd := attachmentCommand(runtimeCmds, &cobra.Command{
 		Use:   "remove NAME --runtime RUNTIME [--context CONTEXT]",
 		Short: "Unregister a managed cluster and clean both sides",
 		Long: `Remove the runtime's cluster Secret for NAME and, with --context /
@@ -594,21 +528,14 @@ Without them only the runtime's side is removed, and the output says what
 stayed on the external cluster.`,
 		Example: `  onprem runtime cluster remove prod-eu --runtime codefresh --context prod-eu`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			rm.Name = args[0]
-			return runThenPrint(cmd, rmFormat, nil, rm.Run, printManagedRemoval, notNil)
+	}, attachmentVerb{
+		target: &rm.Target, cluster: &rm.RuntimeCluster, clusterDefault: "as recorded at install",
+		lockWait: &rm.LockWait, lockLease: &rm.LockLease,
+		flags: func(f *pflag.FlagSet) {
+			addManagedClusterFlags(f, &rm.Target, &rm.Runtime, &rm.External, "kubeconfig of the managed cluster, to clean its side too", "context of the managed cluster, to clean its side too")
+			f.DurationVar(&rm.Timeout, "timeout", 0, "how long the removal may take")
 		},
-	}
-	addRunnerTargetFlags(rmCmd, &rm.Target)
-	addManagedPlatformFlags(rmCmd, &rm.Target)
-	runtimeCmds.addClusterFlags(rmCmd, &rm.RuntimeCluster, "as recorded at install")
-	rmCmd.Flags().StringVar(&rm.Runtime, "runtime", config.DefaultRuntimeName, "the runtime")
-	rmCmd.Flags().StringVar(&rm.External.Kubeconfig, "kubeconfig", "", "kubeconfig of the managed cluster, to clean its side too")
-	rmCmd.Flags().StringVar(&rm.External.Context, "context", "", "context of the managed cluster, to clean its side too")
-	rmCmd.Flags().DurationVar(&rm.Timeout, "timeout", 0, "how long the removal may take")
-	addLockFlags(rmCmd, &rm.LockWait, &rm.LockLease)
-	rmCmd.Flags().StringVarP(&rmFormat, "output", "o", output.Table, "result on stdout: table, json or yaml")
-	refuseNamespaceFlag(rmCmd)
+	}, oneName(&rm.Name), rm.Run, printManagedRemoval, notNil)
 
 	cmd.AddCommand(addCmd, listCmd, rmCmd)
 	return cmd
