@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -111,16 +110,7 @@ func (r *Release) Validate() error {
 		if !slices.Contains(groups, c.Group) {
 			bad("%s.group: %q is not one of %s", p, c.Group, strings.Join(groups, ", "))
 		}
-		keys := make([]string, 0, len(c.Images))
-		for k := range c.Images {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if !images[c.Images[k]] {
-				bad("%s.images.%s: image %q is not in images", p, k, c.Images[k])
-			}
-		}
+		unknownImages(p+".images", c.Images, images, bad)
 		if len(c.Images) == 0 {
 			bad("%s.images: a component needs at least one image", p)
 		}
@@ -146,16 +136,7 @@ func (r *Release) Validate() error {
 		if len(a.Images) == 0 {
 			bad("runner.images: the runner needs at least one image")
 		}
-		keys := make([]string, 0, len(a.Images))
-		for k := range a.Images {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if !images[a.Images[k]] {
-				bad("runner.images.%s: image %q is not in images", k, a.Images[k])
-			}
-		}
+		unknownImages("runner.images", a.Images, images, bad)
 	}
 
 	if rc := r.Runtime; rc != nil {
@@ -343,4 +324,15 @@ func checkValuesPath(p string) string {
 		}
 	}
 	return ""
+}
+
+// unknownImages reports (bad), in the order of their keys, the images of
+// refs (key: image name) that images does not list; at names where refs
+// stands in the manifest ("components[0].images", "runner.images").
+func unknownImages(at string, refs map[string]string, images map[string]bool, bad func(format string, a ...any)) {
+	for _, k := range slices.Sorted(maps.Keys(refs)) {
+		if !images[refs[k]] {
+			bad("%s.%s: image %q is not in images", at, k, refs[k])
+		}
+	}
 }
