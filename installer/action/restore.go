@@ -585,33 +585,37 @@ func mergeState(st, saved *state.State, server string, made *state.BackupRecord,
 			st.Migrations = append(st.Migrations, mg)
 		}
 	}
-	if st.Runners == nil && len(saved.Runners) > 0 {
-		st.Runners = map[string]state.Runner{}
-	}
-	for n, rec := range saved.Runners {
-		if _, ok := st.Runners[n]; ok {
-			continue
-		}
+	st.Runners = mergeAttachments(st.Runners, saved.Runners, func(rec *state.Runner) {
 		if backup.OnPlatformCluster(rec.Kubeconfig, rec.Context) {
 			rec.Server = server
 		}
-		st.Runners[n] = rec
-	}
-	if st.Runtimes == nil && len(saved.Runtimes) > 0 {
-		st.Runtimes = map[string]state.Runtime{}
-	}
-	for n, rec := range saved.Runtimes {
-		if _, ok := st.Runtimes[n]; ok {
-			continue
-		}
+	})
+	st.Runtimes = mergeAttachments(st.Runtimes, saved.Runtimes, func(rec *state.Runtime) {
 		if backup.OnPlatformCluster(rec.Kubeconfig, rec.Context) {
 			rec.Server = server
 		}
-		st.Runtimes[n] = rec
-	}
+	})
 	if st.RuntimeConfig == nil {
 		st.RuntimeConfig = saved.RuntimeConfig
 	}
+}
+
+// mergeAttachments adds to into (the restored record's runners or
+// runtimes; made when nil and saved has some) the attachments of saved
+// that it does not hold, each moved by move (one on the platform's
+// cluster is now on the new cluster's server), and returns it.
+func mergeAttachments[R any](into, saved map[string]R, move func(*R)) map[string]R {
+	if into == nil && len(saved) > 0 {
+		into = map[string]R{}
+	}
+	for n, rec := range saved {
+		if _, ok := into[n]; ok {
+			continue
+		}
+		move(&rec)
+		into[n] = rec
+	}
+	return into
 }
 
 // attach installs again the runners and runtimes that ran on the lost

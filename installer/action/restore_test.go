@@ -3,6 +3,7 @@ package action
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -90,6 +91,47 @@ func TestMergeStateRestoredBackupSucceeded(t *testing.T) {
 	}
 	if bs == nil || bs.Last == nil || bs.Last.ID != "c" || bs.Last.Outcome != state.OutcomeSucceeded {
 		t.Errorf("status's last backup: %+v", bs)
+	}
+}
+
+// The restored record gets the backup's runners and runtimes it does not
+// hold; those on the platform's cluster (no kubeconfig, no context) now
+// run on the new cluster's server, the others stay where they were.
+func TestMergeStateKeepsAttachmentsAndMovesThePlatformClusters(t *testing.T) {
+	saved := &state.State{
+		Runners: map[string]state.Runner{
+			"default": {Server: "https://old:6443", Namespace: "onprem-runner-default"},
+			"gpu":     {Server: "https://gpu:6443", Context: "gpu", Namespace: "ci"},
+			"kept":    {Server: "https://old:6443", Namespace: "from-backup"},
+		},
+		Runtimes: map[string]state.Runtime{
+			"codefresh": {Server: "https://old:6443", Namespace: "codefresh"},
+			"edge":      {Server: "https://edge:6443", Kubeconfig: "/etc/edge.kubeconfig", Namespace: "edge"},
+		},
+	}
+	st := &state.State{Runners: map[string]state.Runner{"kept": {Server: "https://new:6443", Namespace: "restored"}}}
+	mergeState(st, saved, "https://new:6443", nil, time.Now())
+
+	wantRunners := map[string]state.Runner{
+		"default": {Server: "https://new:6443", Namespace: "onprem-runner-default"},
+		"gpu":     {Server: "https://gpu:6443", Context: "gpu", Namespace: "ci"},
+		"kept":    {Server: "https://new:6443", Namespace: "restored"},
+	}
+	if !reflect.DeepEqual(st.Runners, wantRunners) {
+		t.Errorf("runners: %+v, want %+v", st.Runners, wantRunners)
+	}
+	wantRuntimes := map[string]state.Runtime{
+		"codefresh": {Server: "https://new:6443", Namespace: "codefresh"},
+		"edge":      {Server: "https://edge:6443", Kubeconfig: "/etc/edge.kubeconfig", Namespace: "edge"},
+	}
+	if !reflect.DeepEqual(st.Runtimes, wantRuntimes) {
+		t.Errorf("runtimes: %+v, want %+v", st.Runtimes, wantRuntimes)
+	}
+
+	empty := &state.State{}
+	mergeState(empty, &state.State{}, "https://new:6443", nil, time.Now())
+	if empty.Runners != nil || empty.Runtimes != nil {
+		t.Errorf("nothing to restore made maps: %+v %+v", empty.Runners, empty.Runtimes)
 	}
 }
 
