@@ -117,6 +117,18 @@ func oneName(name *string) func([]string) {
 	return func(args []string) { *name = args[0] }
 }
 
+// listCommand is 'onprem KIND list' of kind k (words: the command's
+// own): target finds the platform, timeout is --KIND-timeout (how long
+// each one's cluster is tried).
+func listCommand[T any](k attachmentCmds, words *cobra.Command, target *action.Target, timeout *time.Duration, run func(context.Context) (*T, error), table func(io.Writer, *T)) *cobra.Command {
+	return attachmentCommand(k, words, attachmentVerb{
+		target: target, platform: &target.Cluster,
+		flags: func(f *pflag.FlagSet) {
+			f.DurationVar(timeout, k.name+"-timeout", 0, "how long to try each "+k.name+"'s cluster (default 5s)")
+		},
+	}, nil, run, table, notNil)
+}
+
 // uninstallCommand is 'onprem KIND uninstall NAME' of kind k (words: the
 // command's own): a, with the kind's cluster override cluster, is its
 // action; forgetHelp says what --forget removes, timeoutHelp what

@@ -190,7 +190,7 @@ place: run it again.`,
 
 func newRunnerListCmd() *cobra.Command {
 	a := &action.RunnerList{}
-	return attachmentCommand(runnerCmds, &cobra.Command{
+	return listCommand(runnerCmds, &cobra.Command{
 		Use:   "list",
 		Short: "List the build runners and whether they are ready",
 		Long: `List the runners registered with the installation (from its state on the
@@ -200,12 +200,7 @@ reached is shown as unreachable, with the reason; that is not an error.`,
 		Example: `  onprem runner list
   onprem runner list --context platform -o json`,
 		Args: cobra.NoArgs,
-	}, attachmentVerb{
-		target: &a.Target, platform: &a.Cluster,
-		flags: func(f *pflag.FlagSet) {
-			f.DurationVar(&a.RunnerTimeout, "runner-timeout", 0, "how long to try each runner's cluster (default 5s)")
-		},
-	}, nil, a.Run, printRunnerList, notNil)
+	}, &a.Target, &a.RunnerTimeout, a.Run, printRunnerList)
 }
 
 // exactlyOneName accepts one argument: the runner's name.

@@ -250,7 +250,7 @@ runtime's cluster is gone for good, --forget removes the record only.`,
 
 func newRuntimeListCmd() *cobra.Command {
 	a := &action.RuntimeList{}
-	return attachmentCommand(runtimeCmds, &cobra.Command{
+	return listCommand(runtimeCmds, &cobra.Command{
 		Use:   "list",
 		Short: "List the GitOps runtimes and whether they are ready",
 		Long: `List the runtimes of the installation (from its state on the platform's
@@ -260,12 +260,7 @@ reached is shown as unreachable, with the reason; that is not an error.`,
 		Example: `  onprem runtime list
   onprem runtime list -o json`,
 		Args: cobra.NoArgs,
-	}, attachmentVerb{
-		target: &a.Target, platform: &a.Cluster,
-		flags: func(f *pflag.FlagSet) {
-			f.DurationVar(&a.RuntimeTimeout, "runtime-timeout", 0, "how long to try each runtime's cluster (default 5s)")
-		},
-	}, nil, a.Run, printRuntimeList, notNil)
+	}, &a.Target, &a.RuntimeTimeout, a.Run, printRuntimeList)
 }
 
 func newRuntimeDesignateCmd() *cobra.Command {
