@@ -156,15 +156,27 @@ func RecordBefore[R any](ctx context.Context, p *Platform, a Attachment, records
 	return nil
 }
 
+// RecordFields says where a record of one kind keeps what an apply
+// changes: its status, its Helm revision and when it was last updated.
+type RecordFields[R any] func(rec *R) (status *string, revision *int, updated *time.Time)
+
 // ApplyRecorded applies a's release (component c of version: ApplyRelease)
-// on cl and records how it ended: rec, changed by ended (its status; its
-// revision when applied is true), becomes records[a.Name] (SaveRecord,
-// touch stamping it). Its errors name the attachment; a failed save is
-// joined to a failed apply.
-func ApplyRecorded[R comparable](ctx context.Context, p *Platform, cl *kube.Cluster, a Attachment, records map[string]R, rec R, version string, c *render.Component,
-	timeout time.Duration, start time.Time, rep apply.Reporter, ended func(rec *R, o Outcome, applied bool), touch func(*R)) (Outcome, error) {
+// on cl and records how it ended: rec, with its status (and its revision,
+// when the apply succeeded) set, becomes records[a.Name] (SaveRecord,
+// stamped with the time when it changed). Its errors name the
+// attachment; a failed save is joined to a failed apply.
+func ApplyRecorded[R comparable](ctx context.Context, p *Platform, cl *kube.Cluster, a Attachment, records map[string]R, rec R, fields RecordFields[R],
+	version string, c *render.Component, timeout time.Duration, start time.Time, rep apply.Reporter) (Outcome, error) {
 	out, aerr := a.ApplyRelease(ctx, cl, version, c, timeout, start, rep)
-	ended(&rec, out, aerr == nil)
+	status, revision, _ := fields(&rec)
+	*status = out.Status
+	if aerr == nil {
+		*revision = out.Revision
+	}
+	touch := func(r *R) {
+		_, _, updated := fields(r)
+		*updated = time.Now().UTC()
+	}
 	if err := SaveRecord(ctx, p.Store, p.State, records, a.Name, rec, touch); err != nil {
 		return out, errors.Join(aerr, a.errorf("recording it: %w", err))
 	}
