@@ -103,6 +103,16 @@ func readPassphrase(k *backupfile.Keys, file string) error {
 	return nil
 }
 
+// checkFormatAndPassphrase makes the input checks of the commands that
+// encrypt or decrypt a backup, before anything runs: -o (see checkFormat),
+// then the passphrase, read into k (see readPassphrase).
+func checkFormatAndPassphrase(format string, k *backupfile.Keys, passFile string) error {
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	return readPassphrase(k, passFile)
+}
+
 // backupProgress prints one line per step of a backup or restore on
 // stderr.
 func backupProgress(w io.Writer) func(backup.Progress) {
@@ -200,10 +210,7 @@ destination), 3 cluster unreachable.`,
   ONPREM_BACKUP_PASSPHRASE=... onprem backup create --to ./backups --include-redis`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
-			if err := readPassphrase(&a.Keys, passFile); err != nil {
+			if err := checkFormatAndPassphrase(format, &a.Keys, passFile); err != nil {
 				return err
 			}
 			a.Progress = backupProgress(cmd.ErrOrStderr())
@@ -287,10 +294,7 @@ format), 1 could not be read.`,
       --s3-endpoint https://minio.example.com:9000 --identity backup.key -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
-			if err := readPassphrase(&a.Keys, passFile); err != nil {
+			if err := checkFormatAndPassphrase(format, &a.Keys, passFile); err != nil {
 				return err
 			}
 			a.Backup = args[0]

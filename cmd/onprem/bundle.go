@@ -169,11 +169,7 @@ verify' for that.`,
 			if err != nil {
 				return err
 			}
-			var werr error
-			if err := output.Write(cmd.OutOrStdout(), format, in, func(w io.Writer) { werr = in.WriteText(w) }); err != nil {
-				return err
-			}
-			return werr
+			return writeText(cmd, format, in)
 		},
 	}
 	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
@@ -261,11 +257,7 @@ config. Progress goes to stderr; the summary to stdout.`,
 				}
 				return err
 			}
-			var werr error
-			if err := output.Write(cmd.OutOrStdout(), format, sum, func(w io.Writer) { werr = sum.WriteText(w) }); err != nil {
-				return err
-			}
-			return werr
+			return writeText(cmd, format, sum)
 		},
 	}
 	f := cmd.Flags()

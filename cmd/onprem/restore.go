@@ -66,10 +66,7 @@ above; nothing changed), 3 cluster unreachable.`,
   onprem restore --from ./backups/onprem-20261124T020000Z.onprem-backup --identity backup.key --force`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(format); err != nil {
-				return err
-			}
-			if err := readPassphrase(&a.Keys, passFile); err != nil {
+			if err := checkFormatAndPassphrase(format, &a.Keys, passFile); err != nil {
 				return err
 			}
 			a.GitTokenFiles = map[string]string{}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -44,4 +45,25 @@ func writeAnyway[T any](cmd *cobra.Command, format string, res *T, err error, pr
 		}
 	}
 	return err
+}
+
+// progressLines reports an action's progress on w (the command's stderr),
+// one line as each comes.
+func progressLines(w io.Writer) func(string) {
+	return func(line string) { fmt.Fprintln(w, line) }
+}
+
+// textWriter is a result that writes itself for people.
+type textWriter interface {
+	WriteText(io.Writer) error
+}
+
+// writeText writes res on stdout: as JSON or YAML with -o, else as its
+// WriteText writes it. It returns the first failure to write.
+func writeText(cmd *cobra.Command, format string, res textWriter) error {
+	var werr error
+	if err := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { werr = res.WriteText(w) }); err != nil {
+		return err
+	}
+	return werr
 }

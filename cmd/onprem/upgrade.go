@@ -237,7 +237,7 @@ unreachable.`,
 			stderr := cmd.ErrOrStderr()
 			a.Preflight = printPreflightSummary(stderr)
 			a.Reporter = apply.NewLineReporter(stderr)
-			a.Progress = func(line string) { fmt.Fprintln(stderr, line) }
+			a.Progress = progressLines(stderr)
 			a.BackupProgress = backupProgress(stderr)
 			res, err := a.Run(cmd.Context())
 			return writeAnyway(cmd, format, res, err, func(w io.Writer) { printUpgrade(w, res) })
@@ -312,8 +312,7 @@ badly after it was installed.`,
 			if err := checkFormat(format); err != nil {
 				return err
 			}
-			stderr := cmd.ErrOrStderr()
-			a.Progress = func(line string) { fmt.Fprintln(stderr, line) }
+			a.Progress = progressLines(cmd.ErrOrStderr())
 			res, err := a.Run(cmd.Context())
 			return writeAnyway(cmd, format, res, err, func(w io.Writer) {
 				fmt.Fprintf(w, "rolled back %s → %s in namespace %s\n", res.From, res.To, res.Namespace)
