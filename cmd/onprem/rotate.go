@@ -136,25 +136,14 @@ changed), 3 when the cluster cannot be reached.`,
 			return runAndWrite(cmd, format, a.Run, printRotateCertificates)
 		},
 	}
-	addClusterFlags(cmd, &a.Cluster)
-	addTargetFlags(cmd, &a.Target)
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	addRotationFlags(cmd, &a.Target, &a.LockWait, &a.LockLease, &a.DryRun, &format)
 	cmd.Flags().BoolVar(&newCA, "ca", false, "make a new CA, trusted beside the old one until --retire-ca (the serving certificate stays)")
 	cmd.Flags().BoolVar(&retire, "retire-ca", false, "serve a certificate of the new CA and stop trusting the old one")
-	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	return cmd
 }
 
 func printRotateCertificates(w io.Writer, res *action.RotateCertificatesResult) {
-	verb := "rotated"
-	switch {
-	case res.DryRun:
-		verb = "would rotate (dry run, nothing written)"
-	case !res.Changed:
-		verb = "unchanged"
-	}
-	fmt.Fprintf(w, "%s %s: %s\n", res.Secret, verb, res.Summary)
+	printSecretRotated(w, res.Secret, res.DryRun, res.Changed, res.Summary)
 	if res.Changed {
 		for _, c := range res.After {
 			what := "certificate"
@@ -268,21 +257,16 @@ cluster cannot be reached, 1 when a step failed (run it again).`,
 					a.Admin, a.Admins, a.Engines = false, a.Engines, nil
 				}
 			}
-			w := cmd.ErrOrStderr()
-			a.Progress = func(line string) { fmt.Fprintln(w, line) }
+			a.Progress = progressLines(cmd.ErrOrStderr())
 			return runAndWrite(cmd, format, a.Run, printRotateCredentials)
 		},
 	}
-	addClusterFlags(cmd, &a.Cluster)
-	addTargetFlags(cmd, &a.Target)
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	addRotationFlags(cmd, &a.Target, &a.LockWait, &a.LockLease, &a.DryRun, &format)
 	cmd.Flags().StringArrayVar(&a.Engines, "database", nil, "the engine whose service logins to rotate: postgresql, mongodb, rabbitmq or redis (repeatable)")
 	cmd.Flags().StringArrayVar(&a.Components, "component", nil, "rotate only this service's logins (repeatable)")
 	cmd.Flags().BoolVar(&all, "all", false, "rotate every service login on every database onprem runs, and the PostgreSQL and MongoDB admins")
 	cmd.Flags().BoolVar(&a.Admin, "admin", false, "rotate the admins (PostgreSQL, MongoDB; with --database: only those engines') instead of the services' logins")
-	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", 5*time.Minute, "how long each restarted workload may take to roll out")
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	return cmd
 }
 
@@ -316,13 +300,7 @@ func printRotateCredentials(w io.Writer, res *action.RotateCredentialsResult) {
 		fmt.Fprintf(w, "; the old ones are refused now")
 	}
 	fmt.Fprintln(w)
-	if len(restarted) > 0 {
-		what := "restarted"
-		if res.DryRun {
-			what = "would restart"
-		}
-		fmt.Fprintf(w, "%s: %s\n", what, strings.Join(restarted, ", "))
-	}
+	printRestarted(w, restarted, res.DryRun)
 }
 
 func newRotateKeysCmd() *cobra.Command {
@@ -366,39 +344,59 @@ it again).`,
 			if err := checkFormat(format); err != nil {
 				return err
 			}
-			w := cmd.ErrOrStderr()
-			a.Progress = func(line string) { fmt.Fprintln(w, line) }
+			a.Progress = progressLines(cmd.ErrOrStderr())
 			return runAndWrite(cmd, format, a.Run, printRotateKeys)
 		},
 	}
-	addClusterFlags(cmd, &a.Cluster)
-	addTargetFlags(cmd, &a.Target)
-	addLockFlags(cmd, &a.LockWait, &a.LockLease)
+	addRotationFlags(cmd, &a.Target, &a.LockWait, &a.LockLease, &a.DryRun, &format)
 	cmd.Flags().BoolVar(&a.Retire, "retire", false, "keep only the current keys: tokens and data of older keys are refused from then on")
-	cmd.Flags().BoolVar(&a.DryRun, "dry-run", false, "say what would change; write nothing")
 	cmd.Flags().DurationVar(&a.Timeout, "timeout", 5*time.Minute, "how long each restarted workload may take to roll out")
-	cmd.Flags().StringVarP(&format, "output", "o", output.Table, "output: table, json or yaml")
 	return cmd
 }
 
 func printRotateKeys(w io.Writer, res *rotate.KeysResult) {
-	verb := "rotated"
-	switch {
-	case res.DryRun:
-		verb = "would rotate (dry run, nothing written)"
-	case !res.Changed:
-		verb = "unchanged"
-	}
-	fmt.Fprintf(w, "%s %s: %s\n", res.Secret, verb, res.Summary)
+	printSecretRotated(w, res.Secret, res.DryRun, res.Changed, res.Summary)
 	if res.Resumed != "" {
 		fmt.Fprintf(w, "finished a rotation interrupted while %s\n", res.Resumed)
 	}
 	fmt.Fprintf(w, "keys in each ring: %d before, %d after\n", res.RingBefore, res.RingAfter)
-	if len(res.Restarted) > 0 {
-		what := "restarted"
-		if res.DryRun {
-			what = "would restart"
-		}
-		fmt.Fprintf(w, "%s: %s\n", what, strings.Join(res.Restarted, ", "))
+	printRestarted(w, res.Restarted, res.DryRun)
+}
+
+// addRotationFlags adds the flags every 'onprem rotate' kind takes: the
+// cluster and the installation (see addClusterFlags, addTargetFlags), the
+// installation's lock, --dry-run and -o.
+func addRotationFlags(cmd *cobra.Command, t *action.Target, lockWait, lockLease *time.Duration, dryRun *bool, format *string) {
+	addClusterFlags(cmd, &t.Cluster)
+	addTargetFlags(cmd, t)
+	addLockFlags(cmd, lockWait, lockLease)
+	cmd.Flags().BoolVar(dryRun, "dry-run", false, "say what would change; write nothing")
+	cmd.Flags().StringVarP(format, "output", "o", output.Table, "output: table, json or yaml")
+}
+
+// printSecretRotated writes the first line of a rotation of one Secret:
+// its name, whether it was rotated, would be (a dry run) or was left
+// unchanged (nothing to do), and the rotation's summary.
+func printSecretRotated(w io.Writer, secret string, dryRun, changed bool, summary string) {
+	verb := "rotated"
+	switch {
+	case dryRun:
+		verb = "would rotate (dry run, nothing written)"
+	case !changed:
+		verb = "unchanged"
 	}
+	fmt.Fprintf(w, "%s %s: %s\n", secret, verb, summary)
+}
+
+// printRestarted writes the workloads a rotation restarted (in a dry run,
+// would restart) to read the new Secret; nothing when there are none.
+func printRestarted(w io.Writer, restarted []string, dryRun bool) {
+	if len(restarted) == 0 {
+		return
+	}
+	what := "restarted"
+	if dryRun {
+		what = "would restart"
+	}
+	fmt.Fprintf(w, "%s: %s\n", what, strings.Join(restarted, ", "))
 }
