@@ -437,6 +437,21 @@ func orNone(s string) string {
 	return s
 }
 
+// managedClusterCommand is 'onprem runtime cluster add|remove NAME'
+// (words: the command's own) for the change c: --kubeconfig and
+// --context (their help: kubeconfigHelp, contextHelp) reach the managed
+// cluster, --timeout (timeoutHelp) bounds the change.
+func managedClusterCommand[T any](words *cobra.Command, c *action.ManagedClusterChange, kubeconfigHelp, contextHelp, timeoutHelp string, run func(context.Context) (*T, error), table func(io.Writer, *T)) *cobra.Command {
+	return attachmentCommand(runtimeCmds, words, attachmentVerb{
+		target: &c.Target, cluster: &c.RuntimeCluster, clusterDefault: "as recorded at install",
+		lockWait: &c.LockWait, lockLease: &c.LockLease,
+		flags: func(f *pflag.FlagSet) {
+			addManagedClusterFlags(f, &c.Target, &c.Runtime, &c.External, kubeconfigHelp, contextHelp)
+			f.DurationVar(&c.Timeout, "timeout", 0, timeoutHelp)
+		},
+	}, oneName(&c.Name), run, table, notNil)
+}
+
 // addManagedClusterFlags adds the flags of 'runtime cluster add|list|remove':
 // --platform-kubeconfig and --platform-context (there, --kubeconfig and
 // --context name the cluster to manage: external, nil for list, with
@@ -471,7 +486,7 @@ reached as recorded at its install (or --runtime-kubeconfig /
 	}
 
 	add := &action.RuntimeClusterAdd{}
-	addCmd := attachmentCommand(runtimeCmds, &cobra.Command{
+	addCmd := managedClusterCommand(&cobra.Command{
 		Use:   "add NAME --runtime RUNTIME --context CONTEXT",
 		Short: "Register an external cluster with a runtime",
 		Long: `Register the cluster that --context (and/or --kubeconfig) reaches with the
@@ -481,20 +496,14 @@ named, with exit code 3, before anything is created.`,
 		Example: `  onprem runtime cluster add prod-eu --runtime codefresh --context prod-eu
   onprem runtime cluster add edge --runtime codefresh --kubeconfig edge.kubeconfig`,
 		Args: cobra.ExactArgs(1),
-	}, attachmentVerb{
-		target: &add.Target, cluster: &add.RuntimeCluster, clusterDefault: "as recorded at install",
-		lockWait: &add.LockWait, lockLease: &add.LockLease,
-		flags: func(f *pflag.FlagSet) {
-			addManagedClusterFlags(f, &add.Target, &add.Runtime, &add.External, "kubeconfig of the cluster to add (default: the platform's kubeconfig)", "context of the cluster to add")
-			f.DurationVar(&add.Timeout, "timeout", 0, "how long to wait for the ServiceAccount's token (default 1m)")
-		},
-	}, oneName(&add.Name), add.Run, func(w io.Writer, r *managedcluster.Result) {
-		verb := "updated"
-		if r.Created {
-			verb = "registered"
-		}
-		fmt.Fprintf(w, "cluster %s (%s) %s with runtime %s: ServiceAccount %s, ClusterRole %s\n", r.Name, r.Server, verb, r.Runtime, r.ServiceAccount, r.ClusterRole)
-	}, notNil)
+	}, &add.ManagedClusterChange, "kubeconfig of the cluster to add (default: the platform's kubeconfig)", "context of the cluster to add",
+		"how long to wait for the ServiceAccount's token (default 1m)", add.Run, func(w io.Writer, r *managedcluster.Result) {
+			verb := "updated"
+			if r.Created {
+				verb = "registered"
+			}
+			fmt.Fprintf(w, "cluster %s (%s) %s with runtime %s: ServiceAccount %s, ClusterRole %s\n", r.Name, r.Server, verb, r.Runtime, r.ServiceAccount, r.ClusterRole)
+		})
 
 	list := &action.RuntimeClusterList{}
 	listCmd := attachmentCommand(runtimeCmds, &cobra.Command{
@@ -514,7 +523,7 @@ Forbidden (its permissions were changed).`,
 	}, nil, list.Run, printManagedClusters, func(r []managedcluster.Status) bool { return r != nil })
 
 	rm := &action.RuntimeClusterRemove{}
-	rmCmd := attachmentCommand(runtimeCmds, &cobra.Command{
+	rmCmd := managedClusterCommand(&cobra.Command{
 		Use:   "remove NAME --runtime RUNTIME [--context CONTEXT]",
 		Short: "Unregister a managed cluster and clean both sides",
 		Long: `Remove the runtime's cluster Secret for NAME and, with --context /
@@ -523,14 +532,8 @@ Without them only the runtime's side is removed, and the output says what
 stayed on the external cluster.`,
 		Example: `  onprem runtime cluster remove prod-eu --runtime codefresh --context prod-eu`,
 		Args:    cobra.ExactArgs(1),
-	}, attachmentVerb{
-		target: &rm.Target, cluster: &rm.RuntimeCluster, clusterDefault: "as recorded at install",
-		lockWait: &rm.LockWait, lockLease: &rm.LockLease,
-		flags: func(f *pflag.FlagSet) {
-			addManagedClusterFlags(f, &rm.Target, &rm.Runtime, &rm.External, "kubeconfig of the managed cluster, to clean its side too", "context of the managed cluster, to clean its side too")
-			f.DurationVar(&rm.Timeout, "timeout", 0, "how long the removal may take")
-		},
-	}, oneName(&rm.Name), rm.Run, printManagedRemoval, notNil)
+	}, &rm.ManagedClusterChange, "kubeconfig of the managed cluster, to clean its side too", "context of the managed cluster, to clean its side too",
+		"how long the removal may take", rm.Run, printManagedRemoval)
 
 	cmd.AddCommand(addCmd, listCmd, rmCmd)
 	return cmd

@@ -675,19 +675,29 @@ func convergeRuntimes(ctx context.Context, l *Loaded, p *gitops.Platform, versio
 	return out, undeclared, nil
 }
 
-// RuntimeClusterAdd registers an external cluster with a runtime: a
-// least-privilege ServiceAccount on that cluster, and an Argo CD cluster
-// Secret in the runtime's namespace (installer/managedcluster).
-type RuntimeClusterAdd struct {
+// ManagedClusterChange is what adding or removing a runtime's managed
+// cluster takes (RuntimeClusterAdd, RuntimeClusterRemove).
+type ManagedClusterChange struct {
+	// Target is the platform; its Cluster the platform's cluster.
 	Target
+	// Runtime is the runtime; Name the managed cluster's name in it.
 	Runtime string
 	Name    string
-	// External is the cluster to manage (required).
-	External       config.ClusterRef
+	// External reaches the managed cluster (required to add one; to
+	// remove one, it cleans that cluster's side too).
+	External config.ClusterRef
+	// RuntimeCluster overrides how the runtime's cluster is reached.
 	RuntimeCluster config.ClusterRef
 	Timeout        time.Duration
 	LockWait       time.Duration
 	LockLease      time.Duration
+}
+
+// RuntimeClusterAdd registers an external cluster with a runtime: a
+// least-privilege ServiceAccount on that cluster, and an Argo CD cluster
+// Secret in the runtime's namespace (installer/managedcluster).
+type RuntimeClusterAdd struct {
+	ManagedClusterChange
 }
 
 // Run registers the cluster; an unreachable external cluster is named
@@ -732,14 +742,7 @@ func (a *RuntimeClusterList) Run(ctx context.Context) ([]managedcluster.Status, 
 // RuntimeClusterRemove unregisters a managed cluster: the runtime's Secret
 // and, when External is given, the ServiceAccount and its RBAC there.
 type RuntimeClusterRemove struct {
-	Target
-	Runtime        string
-	Name           string
-	External       config.ClusterRef
-	RuntimeCluster config.ClusterRef
-	Timeout        time.Duration
-	LockWait       time.Duration
-	LockLease      time.Duration
+	ManagedClusterChange
 }
 
 // Run removes it.

@@ -278,7 +278,7 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 
 	// A managed cluster: the platform's cluster, registered with the
 	// remote runtime.
-	added, err := (&RuntimeClusterAdd{Target: target, Runtime: "codefresh", Name: "platform", External: config.ClusterRef{Kubeconfig: platform.Kubeconfig}, Timeout: time.Minute}).Run(ctx)
+	added, err := (&RuntimeClusterAdd{ManagedClusterChange: ManagedClusterChange{Target: target, Runtime: "codefresh", Name: "platform", External: config.ClusterRef{Kubeconfig: platform.Kubeconfig}, Timeout: time.Minute}}).Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,10 +289,10 @@ func TestRuntimesOnTwoClusters(t *testing.T) {
 	if err != nil || len(health) != 1 || health[0].Health != "Healthy" {
 		t.Errorf("managed clusters: %+v, %v", health, err)
 	}
-	if _, err := (&RuntimeClusterAdd{Target: target, Runtime: "codefresh", Name: "far", External: config.ClusterRef{Kubeconfig: unreachableKubeconfig(t)}}).Run(ctx); !errors.As(err, &ue) {
+	if _, err := (&RuntimeClusterAdd{ManagedClusterChange: ManagedClusterChange{Target: target, Runtime: "codefresh", Name: "far", External: config.ClusterRef{Kubeconfig: unreachableKubeconfig(t)}}}).Run(ctx); !errors.As(err, &ue) {
 		t.Errorf("unreachable managed cluster: %v", err)
 	}
-	if _, err := (&RuntimeClusterRemove{Target: target, Runtime: "codefresh", Name: "platform", External: config.ClusterRef{Kubeconfig: platform.Kubeconfig}}).Run(ctx); err != nil {
+	if _, err := (&RuntimeClusterRemove{ManagedClusterChange: ManagedClusterChange{Target: target, Runtime: "codefresh", Name: "platform", External: config.ClusterRef{Kubeconfig: platform.Kubeconfig}}}).Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if health, err := (&RuntimeClusterList{Target: target, Runtime: "codefresh"}).Run(ctx); err != nil || len(health) != 0 {
