@@ -13,6 +13,7 @@ import (
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/backup"
 	"onprem.dev/onprem/installer/backupfile"
+	"onprem.dev/onprem/installer/backupstore"
 	"onprem.dev/onprem/installer/output"
 )
 
@@ -256,12 +257,9 @@ and temporary files are never listed. The backups are encrypted: use
 					fmt.Fprintf(w, "no backup at %s\n", res.Where)
 					return
 				}
-				tw := output.NewTable(w)
-				fmt.Fprintln(tw, "NAME\tSIZE\tWRITTEN")
-				for _, b := range res.Backups {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", b.Name, size(b.Size), b.Modified.Format(time.RFC3339))
-				}
-				tw.Flush()
+				writeTable(w, "NAME\tSIZE\tWRITTEN", res.Backups, func(b backupstore.Object) string {
+					return fmt.Sprintf("%s\t%s\t%s", b.Name, size(b.Size), b.Modified.Format(time.RFC3339))
+				})
 			})
 		},
 	}

@@ -67,3 +67,23 @@ func writeText(cmd *cobra.Command, format string, res textWriter) error {
 	}
 	return werr
 }
+
+// writeTable writes rows to w as a table: header (its columns separated by
+// tabs), then a line for each row, as line formats it.
+func writeTable[T any](w io.Writer, header string, rows []T, line func(T) string) {
+	tw := output.NewTable(w)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, line(r))
+	}
+	tw.Flush()
+}
+
+// yes is "yes" when b holds, else empty: a table's column that marks one
+// row among others.
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return ""
+}

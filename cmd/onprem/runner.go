@@ -11,7 +11,6 @@ import (
 
 	"onprem.dev/onprem/installer/action"
 	"onprem.dev/onprem/installer/kube"
-	"onprem.dev/onprem/installer/output"
 	"onprem.dev/onprem/installer/runner"
 )
 
@@ -215,12 +214,9 @@ func exactlyOneName(_ *cobra.Command, args []string) error {
 }
 
 func printRunnerResults(w io.Writer, rs []runner.Result) {
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "RUNNER\tRESULT\tREVISION\tNAMESPACE\tCLUSTER\tVERSION\tTIME")
-	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.Action, r.Revision, r.Namespace, clusterOf(r.Context, r.Server), r.Version, round(r.Elapsed))
-	}
-	tw.Flush()
+	writeTable(w, "RUNNER\tRESULT\tREVISION\tNAMESPACE\tCLUSTER\tVERSION\tTIME", rs, func(r runner.Result) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s", r.Name, r.Action, r.Revision, r.Namespace, clusterOf(r.Context, r.Server), r.Version, round(r.Elapsed))
+	})
 	for _, r := range rs {
 		if r.TokenCreated {
 			fmt.Fprintf(w, "runner %s: registration token generated (Secret %s/%s; never shown)\n", r.Name, r.Namespace, runner.TokenSecret)
@@ -234,17 +230,12 @@ func printRunnerList(w io.Writer, res *action.RunnerListResult) {
 		fmt.Fprintf(w, "no runners registered with the installation in namespace %s\n", res.Namespace)
 		return
 	}
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "RUNNER\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tAGENT\tENGINE\tSTATUS")
-	for _, s := range res.Runners {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d/%d\t%d/%d\t%s\n", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision,
+	writeTable(w, "RUNNER\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tAGENT\tENGINE\tSTATUS", res.Runners, func(s runner.Status) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d/%d\t%d/%d\t%s", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision,
 			s.Agent.Ready, s.Agent.Desired, s.Engine.Ready, s.Engine.Desired, listedStatus(s.Reachable, s.Ready, s.Recorded))
-	}
-	tw.Flush()
+	})
 	for _, s := range res.Runners {
-		if s.Problem != "" {
-			fmt.Fprintf(w, "runner %s: %s\n", s.Name, s.Problem)
-		}
+		printFailure(w, "runner", s.Name, s.Problem, nil)
 	}
 }
 

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -367,16 +368,9 @@ source is created.`,
 }
 
 func printRuntimeResults(w io.Writer, rs []gitops.Result) {
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "RUNTIME\tRESULT\tREVISION\tNAMESPACE\tCLUSTER\tVERSION\tCONFIG\tTIME")
-	for _, r := range rs {
-		cfg := ""
-		if r.ConfigRuntime == r.Name {
-			cfg = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Action, r.Revision, r.Namespace, clusterOf(r.Context, r.Server), r.Version, cfg, round(r.Elapsed))
-	}
-	tw.Flush()
+	writeTable(w, "RUNTIME\tRESULT\tREVISION\tNAMESPACE\tCLUSTER\tVERSION\tCONFIG\tTIME", rs, func(r gitops.Result) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s", r.Name, r.Action, r.Revision, r.Namespace, clusterOf(r.Context, r.Server), r.Version, yes(r.ConfigRuntime == r.Name), round(r.Elapsed))
+	})
 	for _, r := range rs {
 		if r.RepositoryCommit != "" {
 			fmt.Fprintf(w, "runtime %s: configuration repository updated (commit %s)\n", r.Name, r.RepositoryCommit)
@@ -391,29 +385,16 @@ func printRuntimeList(w io.Writer, res *action.RuntimeListResult) {
 		return
 	}
 	fmt.Fprintf(w, "configuration repository: %s (held by runtime %s)\n", orNone(res.Repository), orNone(res.ConfigRuntime))
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "RUNTIME\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tCONFIG\tWORKLOADS\tSTATUS")
-	for _, s := range res.Runtimes {
-		cfg := ""
-		if s.Config {
-			cfg = "yes"
-		}
-		names := make([]string, 0, len(s.Workloads))
-		for n := range s.Workloads {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+	writeTable(w, "RUNTIME\tCLUSTER\tNAMESPACE\tVERSION\tREVISION\tCONFIG\tWORKLOADS\tSTATUS", res.Runtimes, func(s gitops.Status) string {
 		var wl []string
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(s.Workloads)) {
 			wl = append(wl, n+" "+s.Workloads[n])
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision, cfg, orNone(strings.Join(wl, ", ")), listedStatus(s.Reachable, s.Ready, s.Recorded))
-	}
-	tw.Flush()
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", s.Name, clusterOf(s.Context, s.Server), s.Namespace, s.Version, s.Revision, yes(s.Config),
+			orNone(strings.Join(wl, ", ")), listedStatus(s.Reachable, s.Ready, s.Recorded))
+	})
 	for _, s := range res.Runtimes {
-		if s.Problem != "" {
-			fmt.Fprintf(w, "runtime %s: %s\n", s.Name, s.Problem)
-		}
+		printFailure(w, "runtime", s.Name, s.Problem, nil)
 	}
 }
 
@@ -422,12 +403,9 @@ func printGitSources(w io.Writer, gs []gitops.GitSource) {
 		fmt.Fprintln(w, "no git sources")
 		return
 	}
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "SOURCE\tRUNTIME\tREPOSITORY\tBRANCH\tPATH\tDESTINATION\tSYNC\tHEALTH")
-	for _, s := range gs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Runtime, s.URL, orNone(s.Branch), orNone(s.Path), s.Destination, orNone(s.Sync), orNone(s.Health))
-	}
-	tw.Flush()
+	writeTable(w, "SOURCE\tRUNTIME\tREPOSITORY\tBRANCH\tPATH\tDESTINATION\tSYNC\tHEALTH", gs, func(s gitops.GitSource) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, s.Runtime, s.URL, orNone(s.Branch), orNone(s.Path), s.Destination, orNone(s.Sync), orNone(s.Health))
+	})
 }
 
 func orNone(s string) string {
@@ -544,12 +522,9 @@ func printManagedClusters(w io.Writer, cs []managedcluster.Status) {
 		fmt.Fprintln(w, "no managed clusters")
 		return
 	}
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "CLUSTER\tSERVER\tVERSION\tHEALTH\tMESSAGE")
-	for _, c := range cs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Server, orNone(c.Version), c.Health, orNone(c.Message))
-	}
-	tw.Flush()
+	writeTable(w, "CLUSTER\tSERVER\tVERSION\tHEALTH\tMESSAGE", cs, func(c managedcluster.Status) string {
+		return fmt.Sprintf("%s\t%s\t%s\t%s\t%s", c.Name, c.Server, orNone(c.Version), c.Health, orNone(c.Message))
+	})
 }
 
 func printManagedRemoval(w io.Writer, r *managedcluster.RemoveResult) {
