@@ -21,6 +21,17 @@ type Observed struct {
 	Problem  string
 }
 
+// Into sets a status's fields to what was observed (its revision only
+// when the release's is known) and says whether the attachment's cluster
+// was reached.
+func (o Observed) Into(reachable *bool, release *string, revision *int, problem *string) bool {
+	*reachable, *release, *problem = o.Reachable, o.Release, o.Problem
+	if o.Revision > 0 {
+		*revision = o.Revision
+	}
+	return o.Reachable
+}
+
 // Observe checks that cl is the attachment's cluster (the record's
 // server) and reads its Helm release (ReleaseState). It never fails: what
 // it cannot read is said in Problem.

@@ -60,3 +60,15 @@ func TestRecordBefore(t *testing.T) {
 		t.Error("an existing record was taken back after a failed save")
 	}
 }
+
+func TestObservedInto(t *testing.T) {
+	var reachable bool
+	release, revision, problem := "", 3, ""
+	if !(Observed{Reachable: true, Release: "deployed", Revision: 4}).Into(&reachable, &release, &revision, &problem) || !reachable || release != "deployed" || revision != 4 || problem != "" {
+		t.Errorf("reached: %v %q %d %q", reachable, release, revision, problem)
+	}
+	// An unknown revision (0) keeps the recorded one.
+	if (Observed{Problem: "the cluster at https://x is another one"}).Into(&reachable, &release, &revision, &problem) || reachable || release != "" || revision != 4 || problem == "" {
+		t.Errorf("not reached: %v %q %d %q", reachable, release, revision, problem)
+	}
+}

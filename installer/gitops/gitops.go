@@ -68,11 +68,6 @@ func attachmentOf(name string, rec state.Runtime) attachment.Attachment {
 	return attachment.Attachment{Kind: "runtime", Name: name, Label: LabelRuntime, Release: rec.Release, Namespaces: []string{rec.Namespace}}
 }
 
-// recordFields are where a runtime's record keeps what an apply changes.
-func recordFields(r *state.Runtime) (*string, *int, *time.Time) {
-	return &r.Status, &r.Revision, &r.UpdatedAt
-}
-
 // Platform is the platform's side of a runtime operation (its cluster,
 // namespace, configuration and record, read under the lock): the one type
 // runners and runtimes share.
@@ -361,7 +356,8 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 	if err := attachment.RecordBefore(ctx, p, a, p.State.Runtimes, rec, existed); err != nil {
 		return nil, err
 	}
-	out, err := attachment.ApplyRecorded(ctx, p, cl, a, p.State.Runtimes, rec, recordFields, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter)
+	out, err := attachment.ApplyRecorded(ctx, p, cl, a, p.State.Runtimes, rec,
+		func(r *state.Runtime) (*string, *int, *time.Time) { return &r.Status, &r.Revision, &r.UpdatedAt }, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter)
 	res.Action, res.Revision, res.Error, res.NotReady, res.Elapsed = out.Action, out.Revision, out.Error, out.NotReady, time.Since(start)
 	return res, err
 }

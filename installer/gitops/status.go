@@ -59,7 +59,7 @@ func Unreachable(st *state.State, name string, err error) Status {
 func Observe(ctx context.Context, cl *kube.Cluster, st *state.State, name string) Status {
 	s := Recorded(st, name)
 	rec := st.Runtimes[name]
-	if !s.observed(attachmentOf(name, rec).Observe(ctx, cl, rec.Server)) {
+	if !attachmentOf(name, rec).Observe(ctx, cl, rec.Server).Into(&s.Reachable, &s.Release, &s.Revision, &s.Problem) {
 		return s
 	}
 	deps, err := cl.Client.AppsV1().Deployments(rec.Namespace).List(ctx, metav1.ListOptions{LabelSelector: render.ComponentLabel + "=" + rec.Release})
@@ -80,14 +80,4 @@ func Observe(ctx context.Context, cl *kube.Cluster, st *state.State, name string
 		}
 	}
 	return s
-}
-
-// observed takes in what attachment.Observe read, and says whether the
-// runtime's cluster was reached.
-func (s *Status) observed(o attachment.Observed) bool {
-	s.Reachable, s.Release, s.Problem = o.Reachable, o.Release, o.Problem
-	if o.Revision > 0 {
-		s.Revision = o.Revision
-	}
-	return o.Reachable
 }

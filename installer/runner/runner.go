@@ -75,11 +75,6 @@ func attachmentOf(name string, rec state.Runner) attachment.Attachment {
 		Namespaces: []string{rec.Namespace, rec.EngineNamespace}}
 }
 
-// recordFields are where a runner's record keeps what an apply changes.
-func recordFields(r *state.Runner) (*string, *int, *time.Time) {
-	return &r.Status, &r.Revision, &r.UpdatedAt
-}
-
 // Platform is the platform's side of a runner operation (its cluster,
 // namespace and record, read under the installation's lock; changes to the
 // record are saved through Store): the one type runners and runtimes share.
@@ -211,7 +206,8 @@ func Install(ctx context.Context, p *Platform, pr *Prepared, o Options) (*Result
 			return nil, err
 		}
 	}
-	out, err := attachment.ApplyRecorded(ctx, p, cl, a, p.State.Runners, rec, recordFields, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter)
+	out, err := attachment.ApplyRecorded(ctx, p, cl, a, p.State.Runners, rec,
+		func(r *state.Runner) (*string, *int, *time.Time) { return &r.Status, &r.Revision, &r.UpdatedAt }, pr.Release.Version, pr.Component, o.Timeout, start, o.Reporter)
 	res.Action, res.Revision, res.Error, res.NotReady, res.Elapsed = out.Action, out.Revision, out.Error, out.NotReady, time.Since(start)
 	return res, err
 }

@@ -65,7 +65,7 @@ func Unreachable(name string, rec state.Runner, err error) Status {
 // fails: what it cannot read is said in Problem.
 func Observe(ctx context.Context, cl *kube.Cluster, name string, rec state.Runner) Status {
 	s := Recorded(name, rec)
-	if !s.observed(attachmentOf(name, rec).Observe(ctx, cl, rec.Server)) {
+	if !attachmentOf(name, rec).Observe(ctx, cl, rec.Server).Into(&s.Reachable, &s.Release, &s.Revision, &s.Problem) {
 		return s
 	}
 	read := func(ns, dep string) Readiness {
@@ -82,14 +82,4 @@ func Observe(ctx context.Context, cl *kube.Cluster, name string, rec state.Runne
 	s.Engine = read(rec.EngineNamespace, EngineDeployment)
 	s.Ready = s.Agent.OK() && s.Engine.OK()
 	return s
-}
-
-// observed takes in what attachment.Observe read, and says whether the
-// runner's cluster was reached.
-func (s *Status) observed(o attachment.Observed) bool {
-	s.Reachable, s.Release, s.Problem = o.Reachable, o.Release, o.Problem
-	if o.Revision > 0 {
-		s.Revision = o.Revision
-	}
-	return o.Reachable
 }
