@@ -314,12 +314,9 @@ func printInspect(w io.Writer, res *action.BackupInspectResult) {
 	fmt.Fprintf(w, "  installation %s, namespace %s, platform %s\n", m.Installation, m.Namespace, m.Version)
 	fmt.Fprintf(w, "  made %s by onprem %s on %s (%s), format %d\n", m.Created.Format(time.RFC3339), m.Installer, m.Host, m.Trigger, m.Format)
 	fmt.Fprintf(w, "  components: %s\n", strings.Join(m.Components, ", "))
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "  ENTRY\tKIND\tSIZE\tSHA-256")
-	for _, e := range m.Entries {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", e.Name, e.Kind, size(e.Size), e.SHA256)
-	}
-	tw.Flush()
+	writeTable(w, "  ENTRY\tKIND\tSIZE\tSHA-256", m.Entries, func(e backupfile.Entry) string {
+		return fmt.Sprintf("  %s\t%s\t%s\t%s", e.Name, e.Kind, size(e.Size), e.SHA256)
+	})
 	fmt.Fprintf(w, "  secrets (values not shown): %s\n", strings.Join(res.Secrets, ", "))
 	var regs []string
 	for n := range res.Registrations.Runners {

@@ -108,12 +108,9 @@ unreachable or access refused.`,
 }
 
 func printInstall(w io.Writer, res *action.InstallResult) {
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "COMPONENT\tRESULT\tREVISION\tTIME")
-	for _, c := range res.Components {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", c.Name, c.Action, c.Revision, round(c.Elapsed))
-	}
-	tw.Flush()
+	writeTable(w, "COMPONENT\tRESULT\tREVISION\tTIME", res.Components, func(c apply.ComponentResult) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s", c.Name, c.Action, c.Revision, round(c.Elapsed))
+	})
 	verb := "installed"
 	if res.DryRun {
 		verb = "validated (dry run, nothing changed)"

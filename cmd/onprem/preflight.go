@@ -78,12 +78,9 @@ Exit code 0 when nothing fails (warnings allowed), 1 when a check fails.`,
 // printPreflight prints the report for people: one line per check, and
 // for each that does not pass, its details and what to do.
 func printPreflight(w io.Writer, rep *preflight.Report) {
-	tw := output.NewTable(w)
-	fmt.Fprintln(tw, "CHECK\tRESULT\tMESSAGE")
-	for _, f := range rep.Findings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", f.ID, strings.ToUpper(string(f.Result)), f.Message)
-	}
-	tw.Flush()
+	writeTable(w, "CHECK\tRESULT\tMESSAGE", rep.Findings, func(f preflight.Finding) string {
+		return fmt.Sprintf("%s\t%s\t%s", f.ID, strings.ToUpper(string(f.Result)), f.Message)
+	})
 	for _, f := range rep.Findings {
 		if f.Result != preflight.Warn && f.Result != preflight.Fail {
 			continue

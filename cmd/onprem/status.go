@@ -133,12 +133,9 @@ Reads the cluster only; works from any machine with access.`,
 					return
 				}
 				fmt.Fprintf(w, "installation %s: platform %s in namespace %s\n", res.Installation, res.Version, res.Namespace)
-				tw := output.NewTable(w)
-				fmt.Fprintln(tw, "COMPONENT\tCHART\tREVISION\tRELEASE\tREADY\tLAST ERROR")
-				for _, c := range res.Components {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\n", c.Name, c.Chart, c.Revision, c.Release, c.Ready, c.Desired, c.LastError)
-				}
-				tw.Flush()
+				writeTable(w, "COMPONENT\tCHART\tREVISION\tRELEASE\tREADY\tLAST ERROR", res.Components, func(c action.ComponentStatus) string {
+					return fmt.Sprintf("%s\t%s\t%d\t%s\t%d/%d\t%s", c.Name, c.Chart, c.Revision, c.Release, c.Ready, c.Desired, c.LastError)
+				})
 				printDrift(w, res.Components)
 				if op := res.LastOperation; op != nil {
 					fmt.Fprintf(w, "last operation: %s %s by onprem %s on %s, %s at %s\n", op.Kind, op.Version, op.Installer, op.Host, op.Outcome, op.Started.Format("2006-01-02 15:04:05 MST"))

@@ -366,12 +366,9 @@ cluster unreachable.`,
 			}
 			res, err := a.Run(cmd.Context())
 			return writeAnyway(cmd, format, res, err, func(w io.Writer) {
-				tw := output.NewTable(w)
-				fmt.Fprintln(tw, "COMPONENT\tCHART\tREVISION")
-				for _, c := range res.Components {
-					fmt.Fprintf(tw, "%s\t%s\t%d\n", c.Name, c.Chart, c.Revision)
-				}
-				tw.Flush()
+				writeTable(w, "COMPONENT\tCHART\tREVISION", res.Components, func(c action.AdoptedComponent) string {
+					return fmt.Sprintf("%s\t%s\t%d", c.Name, c.Chart, c.Revision)
+				})
 				fmt.Fprintf(w, "adopted platform %s in namespace %s: %d releases recorded, nothing changed\n", res.Version, res.Namespace, len(res.Components))
 				if len(res.Pending) > 0 {
 					fmt.Fprintf(w, "the next install or upgrade also installs: %s\n", strings.Join(res.Pending, ", "))
