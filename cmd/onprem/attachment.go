@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -101,6 +102,8 @@ func attachmentCommand[T any](k attachmentCmds, cmd *cobra.Command, v attachment
 	if v.timeout != nil {
 		cmd.Flags().DurationVar(v.timeout, "timeout", apply.DefaultTimeout, v.timeoutHelp)
 	}
+	// A command that takes the lock changes something and prints its
+	// result; one that only reads prints its output.
 	if v.lockWait != nil {
 		addLockFlags(cmd, v.lockWait, v.lockLease)
 		cmd.Flags().StringVarP(&format, "output", "o", output.Table, "result on stdout: table, json or yaml")
@@ -109,6 +112,41 @@ func attachmentCommand[T any](k attachmentCmds, cmd *cobra.Command, v attachment
 	}
 	refuseNamespaceFlag(cmd)
 	return cmd
+}
+
+// runThenPrint runs an action with progress on stderr and writes its
+// result (even a partial one, on failure) in the chosen format.
+func runThenPrint[T any](cmd *cobra.Command, format string, setReporter func(apply.Reporter), run func(context.Context) (T, error), table func(io.Writer, T), present func(T) bool) error {
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	stop := func() {}
+	if setReporter != nil {
+		rep, s := progress(cmd.ErrOrStderr())
+		setReporter(rep)
+		stop = s
+	}
+	res, err := run(cmd.Context())
+	stop()
+	if present(res) {
+		if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { table(w, res) }); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+func notNil[T any](p *T) bool { return p != nil }
+
+// printRemoval prints what an uninstall of a runner or runtime removed
+// and what it kept.
+func printRemoval(w io.Writer, res *attachment.Removal) {
+	for _, r := range res.Removed {
+		fmt.Fprintf(w, "removed: %s\n", r)
+	}
+	for _, k := range res.Kept {
+		fmt.Fprintf(w, "kept: %s\n", k)
+	}
 }
 
 // oneName is the args of a command that acts on one attachment: it sets

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,13 +12,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"onprem.dev/onprem/installer/action"
-	"onprem.dev/onprem/installer/apply"
-	"onprem.dev/onprem/installer/attachment"
 	"onprem.dev/onprem/installer/config"
 	"onprem.dev/onprem/installer/configrepo"
 	"onprem.dev/onprem/installer/gitops"
 	"onprem.dev/onprem/installer/managedcluster"
-	"onprem.dev/onprem/installer/output"
 )
 
 func newRuntimeCmd() *cobra.Command {
@@ -85,41 +81,6 @@ func addFetchFlags(fs *pflag.FlagSet, f *action.RuntimeFetch) {
 	fs.StringVar(&f.Chart.CAFile, "chart-ca-file", "", "CA certificates (PEM) for the chart repository")
 	fs.StringVar(&f.Chart.RegistryConfig, "chart-registry-config", "", "docker config.json with credentials for an oci:// chart repository")
 	addGitFlags(fs, &f.Git)
-}
-
-// runThenPrint runs an action with progress on stderr and writes its
-// result (even a partial one, on failure) in the chosen format.
-func runThenPrint[T any](cmd *cobra.Command, format string, setReporter func(apply.Reporter), run func(context.Context) (T, error), table func(io.Writer, T), present func(T) bool) error {
-	if err := output.Check(format, output.Table, output.JSON, output.YAML); err != nil {
-		return inputError{err}
-	}
-	stop := func() {}
-	if setReporter != nil {
-		rep, s := progress(cmd.ErrOrStderr())
-		setReporter(rep)
-		stop = s
-	}
-	res, err := run(cmd.Context())
-	stop()
-	if present(res) {
-		if werr := output.Write(cmd.OutOrStdout(), format, res, func(w io.Writer) { table(w, res) }); werr != nil {
-			return errors.Join(err, werr)
-		}
-	}
-	return err
-}
-
-func notNil[T any](p *T) bool { return p != nil }
-
-// printRemoval prints what an uninstall of a runner or runtime removed
-// and what it kept.
-func printRemoval(w io.Writer, res *attachment.Removal) {
-	for _, r := range res.Removed {
-		fmt.Fprintf(w, "removed: %s\n", r)
-	}
-	for _, k := range res.Kept {
-		fmt.Fprintf(w, "kept: %s\n", k)
-	}
 }
 
 func newRuntimeInstallCmd() *cobra.Command {
